@@ -1,0 +1,71 @@
+"""Public option enums and option values for Spots and timers (specs/spots.md, specs/timers.md)."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+__all__ = [
+    "RelocationCoordinationMode",
+    "SpotFactoryMode",
+    "TimerOptions",
+    "TimerOverrunPolicy",
+]
+
+MAX_CATCH_UP_TICKS = 2**31 - 1
+"""Largest ``max_catch_up_ticks``: the signed 32-bit maximum shared by every ZLink language."""
+
+
+class SpotFactoryMode(enum.Enum):
+    """How a User Spot runs its turns (seed 000)."""
+
+    SPOT_WIDE = "spot_wide"
+    """The default: one gate for the whole Spot; a turn holds it until it ends or ``yield_()``s."""
+    PER_ACTOR = "per_actor"
+    """Independent lanes per Actor, per timer and for the Spot; recreate-on-relocation only."""
+
+
+class RelocationCoordinationMode(enum.Enum):
+    """Who decides when a Spot may be relocated (seed 000)."""
+
+    FRAMEWORK_MANAGED = "framework_managed"
+    """The default: the framework picks the boundary."""
+    APPLICATION_SIGNALED = "application_signaled"
+    """The Spot signals ``relocation_ready().defer()``; SPOT_WIDE only."""
+
+
+class TimerOverrunPolicy(enum.Enum):
+    """What a timer does with ticks that fell due while its handler was still running."""
+
+    SKIP_LATE_TICKS = "skip_late_ticks"
+    """The default: run once, drop the ticks that fell due meanwhile."""
+    CATCH_UP_BOUNDED = "catch_up_bounded"
+    """Run the late ticks in order, at most ``max_catch_up_ticks`` of them; drop older ones."""
+    DELAY_NEXT_TICK = "delay_next_tick"
+    """No fixed period: the next tick is due one interval after the previous tick completed."""
+
+
+def _check_catch_up(options: TimerOptions, _attribute: object, value: object) -> None:
+    if type(value) is not int:
+        raise TypeError(f"max_catch_up_ticks takes an int, not {type(value).__name__}")
+    # The range matters only where the value is used (TIMER-2): other policies ignore it.
+    if options.overrun_policy is TimerOverrunPolicy.CATCH_UP_BOUNDED and not (
+        1 <= value <= MAX_CATCH_UP_TICKS
+    ):
+        raise ValueError(f"max_catch_up_ticks must be in 1..{MAX_CATCH_UP_TICKS}, got {value}")
+
+
+def _check_policy(_options: object, _attribute: object, value: object) -> None:
+    if not isinstance(value, TimerOverrunPolicy):
+        raise TypeError(f"overrun_policy takes a TimerOverrunPolicy, not {type(value).__name__}")
+
+
+@attrs.frozen
+class TimerOptions:
+    """How a Spot timer treats overruns; the defaults are SKIP_LATE_TICKS with one catch-up tick."""
+
+    overrun_policy: TimerOverrunPolicy = attrs.field(
+        default=TimerOverrunPolicy.SKIP_LATE_TICKS, validator=_check_policy, kw_only=True
+    )
+    max_catch_up_ticks: int = attrs.field(default=1, validator=_check_catch_up, kw_only=True)
