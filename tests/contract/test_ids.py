@@ -230,3 +230,28 @@ def test_spot_ref_refuses_bad_parts_where_it_is_made() -> None:
         zl.SpotRef.from_json(
             {"spot_id": "s", "object_generation": "01", "mesh_name": "m", "node_rid": "n"}
         )
+
+
+@pytest.mark.spec("ID-6.3")
+@pytest.mark.parametrize("kind", TEXT_IDS)
+@given(text=encodable_text.filter(lambda t: 1 <= utf8_size(t) <= 255))
+def test_a_text_id_has_exactly_one_notation(kind: type, text: str) -> None:
+    """A text id's only notation is the exact string it was made from."""
+    value = kind(text)
+    assert text == str(value) == value.value
+    assert kind(str(value)) == value
+
+
+@pytest.mark.spec("ID-6.3")
+def test_numeric_ids_have_one_notation() -> None:
+    """Generations are ints; their text forms are not accepted in place of the number."""
+    assert 42 == zl.ObjectGeneration(42).value
+    assert "42" == zl.ObjectGeneration(42).to_json()
+    for spelling in ("42", "0x2a", 42.0):
+        with pytest.raises(TypeError):
+            zl.ObjectGeneration(spelling)  # type: ignore[arg-type]  # another spelling is the point
+        with pytest.raises(TypeError):
+            zl.NodeGeneration(spelling)  # type: ignore[arg-type]  # another spelling is the point
+    for spelling in ("0x2a", "042", "4.2e1"):
+        with pytest.raises(ValueError):
+            zl.ObjectGeneration.from_json(spelling)

@@ -57,3 +57,10 @@ def test_timer_options_refuse_values_of_the_wrong_type() -> None:
         zl.TimerOptions(max_catch_up_ticks="3")  # type: ignore[arg-type]  # the point
     with pytest.raises(TypeError):
         zl.TimerOptions(max_catch_up_ticks=True)
+
+
+@pytest.mark.spec("TIMER-4")
+def test_overrun_policy_has_exactly_three_members() -> None:
+    """TimerOverrunPolicy is SKIP_LATE_TICKS, CATCH_UP_BOUNDED and DELAY_NEXT_TICK."""
+    names = {policy.name for policy in zl.TimerOverrunPolicy}
+    assert {"SKIP_LATE_TICKS", "CATCH_UP_BOUNDED", "DELAY_NEXT_TICK"} == names
