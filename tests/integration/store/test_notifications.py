@@ -1,0 +1,110 @@
+"""The change feed: notifications and the polling fallback (specs/store.md, STORE-25, STORE-26)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from zlink_trio._integration.store import (
+    Applied,
+    Batch,
+    Changed,
+    ChangeSubscription,
+    Conflict,
+    Found,
+    IfMissing,
+    Missing,
+    Put,
+    Resync,
+    StoreConfig,
+    Stores,
+    open_stores,
+)
+
+
+async def _next_change_of(feed: ChangeSubscription, key: str) -> Changed:
+    async for event in feed:
+        if isinstance(event, Changed) and key in event.keys:
+            return event
+    raise AssertionError("the feed ended")
+
+
+class _CachedRead:
+    """What a cache does with the feed: keep one read, re-read when told something changed."""
+
+    def __init__(self, stores: Stores, key: str) -> None:
+        self.stores = stores
+        self.key = key
+        self.value: Missing | Found | None = None
+
+    async def refresh_until(self, feed: ChangeSubscription, wanted: bytes) -> list[object]:
+        events: list[object] = []
+        self.value = await self.stores.location.read(self.key)
+        async for event in feed:
+            events.append(event)
+            if isinstance(event, Resync) or self.key in event.keys:
+                self.value = await self.stores.location.read(self.key)
+            if isinstance(self.value, Found) and wanted == self.value.value:
+                return events
+        raise AssertionError("the feed ended")
+
+
+@pytest.mark.spec("STORE-25")
+async def test_a_committed_batch_notifies_its_keys(stores: Stores, key_prefix: str) -> None:
+    """A subscriber hears Changed for every key a committed batch wrote or deleted."""
+    a, b = key_prefix + "a", key_prefix + "\u0000b"
+    with stores.location.changes() as feed:
+        applied = await stores.location.write(Batch([], [Put(a, b"1"), Put(b, b"2")]))
+        assert isinstance(applied, Applied)
+        seen: set[str] = set()
+        with trio.fail_after(10):
+            async for event in feed:
+                if isinstance(event, Changed):
+                    seen |= event.keys
+                if {a, b} <= seen:
+                    break
+
+
+@pytest.mark.spec("STORE-25")
+async def test_a_conflicting_batch_notifies_nothing(stores: Stores, key_prefix: str) -> None:
+    """Only committed changes are announced: a Conflict's keys are not, a later write's are."""
+    taken, witness = key_prefix + "taken", key_prefix + "witness"
+    await stores.location.write(Batch([], [Put(taken, b"1")]))
+    with stores.location.changes() as feed:
+        conflict = await stores.location.write(Batch([IfMissing(taken)], [Put(taken, b"2")]))
+        assert isinstance(conflict, Conflict)
+        await stores.location.write(Batch([], [Put(witness, b"w")]))
+        with trio.fail_after(10):
+            event = await _next_change_of(feed, witness)
+    assert taken not in event.keys
+
+
+@pytest.mark.spec("STORE-26", "DEC-16")
+async def test_a_cache_follows_changes_with_notifications(stores: Stores, key_prefix: str) -> None:
+    """With notifications on, a cache re-reading on each event sees another writer's change."""
+    key = key_prefix + "cached"
+    await stores.location.write(Batch([], [Put(key, b"old")]))
+    cache = _CachedRead(stores, key)
+    with stores.location.changes() as feed:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stores.location.write, Batch([], [Put(key, b"new")]))
+            with trio.fail_after(10):
+                events = await cache.refresh_until(feed, b"new")
+    assert any(isinstance(event, Changed) for event in events)
+
+
+@pytest.mark.spec("STORE-26", "DEC-16")
+async def test_a_cache_follows_changes_with_polling_alone(store_dsn: str, key_prefix: str) -> None:
+    """With notifications off, Resync ticks alone bring the same cache to the new value."""
+    config = StoreConfig(dsn=store_dsn, notifications=False, poll_interval=0.05)
+    async with open_stores(config, environ={}) as stores:
+        key = key_prefix + "polled"
+        await stores.location.write(Batch([], [Put(key, b"old")]))
+        cache = _CachedRead(stores, key)
+        with stores.location.changes() as feed:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stores.location.write, Batch([], [Put(key, b"new")]))
+                with trio.fail_after(10):
+                    events = await cache.refresh_until(feed, b"new")
+    assert events
+    assert all(isinstance(event, Resync) for event in events)
