@@ -6,6 +6,10 @@ Uses ZLINK_STORE_DSN when set, otherwise a throw-away embedded PostgreSQL. Every
 one at a time from one Trio task (latency, not throughput under load) and prints ops/s, p50 and
 p99, and p50 as a ratio of the ``SELECT 1`` round trip. Targets: exact read and single-key CAS
 at most 1.5x ``SELECT 1``.
+
+A second baseline, a plain one-row ``UPDATE`` of a table of its own through the same bridge,
+shows the floor of any durable write on this server (the commit waits for the WAL flush), so a
+CAS can be judged against what a write costs at the least.
 """
 
 from __future__ import annotations
@@ -19,7 +23,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
-from sqlalchemy import literal_column, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Integer,
+    MetaData,
+    Table,
+    bindparam,
+    insert,
+    literal_column,
+    select,
+)
+from sqlalchemy import update as update_of
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.schema import CreateTable
 
 from zlink_trio._integration.store import (
     DSN_VARIABLE,
@@ -35,6 +52,22 @@ from zlink_trio._integration.store import (
 from zlink_trio._integration.store.statements import Statement
 
 SELECT_ONE = Statement.compile(select(literal_column("1")))
+_FLOOR = Table(
+    "zlink_bench_write_floor",
+    MetaData(),
+    Column("id", Integer, primary_key=True),
+    Column("n", BigInteger, nullable=False),
+)
+# DDL has no parameters, so its text is used as it is.
+CREATE_FLOOR = Statement(
+    str(CreateTable(_FLOOR, if_not_exists=True).compile(dialect=postgresql.dialect())), ()
+)
+SEED_FLOOR = Statement.compile(insert(_FLOOR).values(id=bindparam("row"), n=bindparam("start")))
+UPDATE_FLOOR = Statement.compile(
+    update_of(_FLOOR)
+    .where(_FLOOR.c.id == bindparam("row"))
+    .values(n=_FLOOR.c.n + bindparam("step"))
+)
 TARGET = 1.5
 
 
@@ -64,6 +97,13 @@ async def _bench(stores: Stores, seconds: float) -> None:
 
     async def select_one() -> object:
         return await stores.database.fetch(SELECT_ONE, {})
+
+    await stores.database.fetch(CREATE_FLOOR, {})
+    await stores.database.fetch(Statement.compile(_FLOOR.delete()), {})
+    await stores.database.fetch(SEED_FLOOR, {"row": 1, "start": 0})
+
+    async def update_floor() -> object:
+        return await stores.database.fetch(UPDATE_FLOOR, {"row": 1, "step": 1})
 
     async def read() -> object:
         return await location.read("bench/one")
@@ -101,6 +141,7 @@ async def _bench(stores: Stores, seconds: float) -> None:
 
     rows = [
         ("SELECT 1 (baseline)", select_one),
+        ("plain 1-row UPDATE (floor)", update_floor),
         ("exact read", read),
         ("CAS batch, 1 key", cas_one),
         ("CAS batch, 16 keys", cas_sixteen),
@@ -111,6 +152,7 @@ async def _bench(stores: Stores, seconds: float) -> None:
     # A second baseline after the others, so drift during the run shows in the ratio.
     results["SELECT 1 (baseline)"] += await _measure(seconds, select_one)
     baseline = statistics.median(results["SELECT 1 (baseline)"])
+    floor = statistics.median(results["plain 1-row UPDATE (floor)"])
     print(f"{'operation':<26}{'ops/s':>9}{'p50 µs':>9}{'p99 µs':>9}{'p50 / SELECT 1':>16}")
     for name, _ in rows:
         samples = sorted(results[name])
@@ -124,6 +166,8 @@ async def _bench(stores: Stores, seconds: float) -> None:
             f"{name:<26}{len(samples) / sum(samples):9.0f}{p50 * 1e6:9.0f}{p99 * 1e6:9.0f}"
             f"{ratio:15.2f}x{mark}"
         )
+    cas = statistics.median(results["CAS batch, 1 key"])
+    print(f"CAS batch, 1 key / plain 1-row UPDATE (durable write floor): {cas / floor:.2f}x")
 
 
 async def main(seconds: float) -> None:
