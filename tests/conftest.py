@@ -1,14 +1,21 @@
-"""Shared test configuration: spec marks are checked against specs/ when tests are collected."""
+"""Shared test configuration: spec marks are checked against specs/ when tests are collected,
+and one PostgreSQL serves the whole test session (``store_dsn``)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
+
+from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
 
 _CHECK = Path(__file__).resolve().parent.parent / "specs" / "check.py"
+STARTUP_TIMEOUT = 60.0
 
 
 def _known_rule_ids() -> set[str]:
@@ -37,3 +44,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
     if unknown:
         raise pytest.UsageError("unknown spec IDs:\n  " + "\n  ".join(unknown))
+
+
+@pytest.fixture(scope="session")
+def store_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The DSN of the session's PostgreSQL: ``ZLINK_STORE_DSN``, else one embedded server."""
+    external = os.environ.get(DSN_VARIABLE)
+    if external:
+        yield external
+        return
+    server = EmbeddedPostgres(Path(tmp_path_factory.mktemp("store")) / "pgdata")
+    dsn = trio.run(server.start, STARTUP_TIMEOUT)
+    try:
+        yield dsn
+    finally:
+        trio.run(server.stop, STARTUP_TIMEOUT)
