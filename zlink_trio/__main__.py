@@ -25,7 +25,7 @@ _CAPABILITIES = (
     ("error model", "ErrorKind (13 kinds), ZLinkError, ConfigurationError", True),
     ("identifiers", "SpotId, ActorId, SpotRef, generations, validated at construction", True),
     ("wire protocol", "sans-IO cbor2 codec, handshake, per-peer protocol state", True),
-    ("location store", "PostgreSQL, embedded by default", False),
+    ("location store", "Location and Relocation Stores on PostgreSQL, embedded by default", True),
     ("transport", "RouteMesh on ZeroMQ, driven by Trio", False),
     ("runtime", "hosts, Spots, Actors, gates, calls, completion, timers", False),
     ("mesh", "many hosts over one store; the demo", False),
