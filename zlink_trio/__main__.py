@@ -26,7 +26,7 @@ _CAPABILITIES = (
     ("identifiers", "SpotId, ActorId, SpotRef, generations, validated at construction", True),
     ("wire protocol", "sans-IO cbor2 codec, handshake, per-peer protocol state", True),
     ("location store", "Location and Relocation Stores on PostgreSQL, embedded by default", True),
-    ("transport", "RouteMesh on ZeroMQ, driven by Trio", False),
+    ("transport", "RouteMesh on ZeroMQ, driven by Trio", True),
     ("runtime", "hosts, Spots, Actors, gates, calls, completion, timers", False),
     ("mesh", "many hosts over one store; the demo", False),
 )

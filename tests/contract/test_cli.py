@@ -23,7 +23,8 @@ def test_command_prints_the_version_and_the_capabilities() -> None:
     assert 0 == done.returncode, done.stderr
     assert f"zlink_trio {zl.__version__}" in done.stdout
     assert "[x] error model" in done.stdout
-    assert "[ ] transport" in done.stdout
+    assert "[x] transport" in done.stdout
+    assert "[ ] mesh" in done.stdout
 
 
 @pytest.mark.spec("API-4")

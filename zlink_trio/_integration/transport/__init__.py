@@ -1,0 +1,46 @@
+"""The RouteMesh transport on ZeroMQ, driven by Trio (specs/transport.md, TRN-*).
+
+What the runtime calls: :func:`open_route_mesh` with a :class:`MeshConfig` and an ``on_message``
+coroutine function gives a :class:`RouteMesh` (``send``, ``request``, ``reply``, ``add_peer``,
+``remove_peer``, ``route_changes``, ``close``). Peers are :class:`PeerAddress` values; a peer's
+run is a :class:`PeerRun`; route changes are :class:`RouteUp` and :class:`RouteLost`. No zmq type
+appears in this surface.
+
+- ``socket``: the Trio side of pyzmq (one owner task per socket, FD waits, EVENTS re-checks).
+- ``mesh``: the RouteMesh: links per peer, admission, requests, shutdown.
+- ``inbound``: handshake, judging and dropping of what arrives on a bound ROUTER.
+- ``liveness``: routes to peer runs, heard / lost.
+- ``pending``: the pending-reply table.
+- ``routes`` / ``config``: routing identity, route events; configuration values.
+"""
+
+from zlink_trio._integration.transport.config import MeshConfig, PeerAddress
+from zlink_trio._integration.transport.inbound import OVERSIZED
+from zlink_trio._integration.transport.mesh import (
+    LATE_REPLY,
+    OnMessage,
+    RouteMesh,
+    open_route_mesh,
+)
+from zlink_trio._integration.transport.routes import (
+    PeerRun,
+    RouteChange,
+    RouteLost,
+    RouteUp,
+    routing_identity,
+)
+
+__all__ = [
+    "LATE_REPLY",
+    "OVERSIZED",
+    "MeshConfig",
+    "OnMessage",
+    "PeerAddress",
+    "PeerRun",
+    "RouteChange",
+    "RouteLost",
+    "RouteMesh",
+    "RouteUp",
+    "open_route_mesh",
+    "routing_identity",
+]
