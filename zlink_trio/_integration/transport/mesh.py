@@ -36,6 +36,7 @@ import math
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Final
 
 import trio
@@ -242,32 +243,41 @@ class RouteMesh:
         DEADLINE_EXCEEDED, UNAVAILABLE (no route, route lost) or SHUTTING_DOWN; caller
         cancellation raises ``trio.Cancelled``. A reply after the end is discarded.
         """
-        deadline = trio.current_time() + timeout
+        # Everything before the frames are queued is on the round trip's critical path, and
+        # everything after it overlaps the flight of the request. So the fast path (the link
+        # takes the frames at once) opens its deadline scope only after submitting: admission
+        # took no wait, and the scope then bounds the reply wait by the same deadline. Only a
+        # request that must wait for capacity waits inside a scope from the start.
+        current_time = trio.current_time
+        deadline = current_time() + timeout
         link, run = self._route_to(peer)
         route, entry = self._pending.register(run)  # before submitting (seed 002 §10)
         reply_route = ReplyRouteId(route)
         try:
-            with trio.move_on_at(deadline):
-                while True:
-                    budget_us = int((deadline - trio.current_time()) * 1_000_000)
-                    if budget_us <= 0:
-                        break
-                    frames = encode(
-                        Request(
-                            operation_id,
-                            reply_route,
-                            target,
-                            message_type,
-                            payload,
-                            budget_us,
-                            instance_spot_type,
-                            metadata,
-                        )
+            submitted = False
+            while not submitted:
+                budget_us = int((deadline - current_time()) * 1_000_000)
+                if budget_us <= 0:
+                    break
+                frames = encode(
+                    Request(
+                        operation_id,
+                        reply_route,
+                        target,
+                        message_type,
+                        payload,
+                        budget_us,
+                        instance_spot_type,
+                        metadata,
                     )
-                    if link.try_send(frames):
-                        await entry.done.wait()
-                        break
-                    await link.wait_capacity()
+                )
+                submitted = link.try_send(frames)
+                if not submitted:
+                    with trio.move_on_at(deadline):
+                        await link.wait_capacity()
+            if submitted:
+                with trio.move_on_at(deadline):
+                    await entry.wait()
         finally:
             claimed = self._pending.claim(route, entry)
         if claimed:
@@ -316,8 +326,10 @@ class RouteMesh:
                 nursery.start_soon(
                     read_messages, self._application, self._application_inbound.receive, batch
                 )
+                # Replies come singly and each wakes a waiting caller: read them one by one.
+                completion = partial(read_messages, one_by_one=True)
                 nursery.start_soon(
-                    read_messages, self._completion, self._completion_inbound.receive, batch
+                    completion, self._completion, self._completion_inbound.receive, batch
                 )
                 nursery.start_soon(self._keep_alive)
                 for address in self.config.peers:

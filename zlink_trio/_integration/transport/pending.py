@@ -6,6 +6,14 @@ can end a request (its reply or error reply, its timeout or cancellation, the lo
 run, shutdown) ends it the same way: by popping the entry from the table. The pop is atomic in
 Trio (no checkpoint inside), so exactly one path wins and sets the outcome; the losers find no
 entry and do nothing. A reply that finds no entry is late and is discarded.
+
+The hand-over to the waiting caller is one slot, not an Event: the caller parks its own task in
+the entry (:meth:`PendingReply.wait`), and the path that pops the entry stores the outcome and
+reschedules that task directly. This is the request's latency path: an Event would add a parking
+lot and its bookkeeping per request. A caller that is cancelled or times out while parked leaves
+the slot empty (its abort), so no later pop can reschedule a task that is no longer waiting; a pop
+while the caller is not parked yet (it still waits for capacity) only stores the outcome, which
+:meth:`PendingReply.wait` then returns at once.
 """
 
 from __future__ import annotations
@@ -18,20 +26,39 @@ from zlink_trio.errors import ZLinkError
 
 __all__ = ["PendingReplies", "PendingReply"]
 
+_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
+
 
 class PendingReply:
     """One waiting request: the run it was sent to and, once settled, its outcome."""
 
-    __slots__ = ("done", "outcome", "run")
+    __slots__ = ("outcome", "run", "task")
 
     def __init__(self, run: PeerRun) -> None:
         self.run = run
-        self.done = trio.Event()
         self.outcome: Reply | ZLinkError | None = None
+        self.task: trio.lowlevel.Task | None = None
+        """The caller's task while it is parked in :meth:`wait`; None otherwise."""
 
     def settle(self, outcome: Reply | ZLinkError) -> None:
+        """Store the outcome and wake the parked caller; only the path that popped the entry."""
         self.outcome = outcome
-        self.done.set()
+        task = self.task
+        if task is not None:
+            self.task = None
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Return once the entry is settled; cancellable (then the entry stays unsettled)."""
+        if self.outcome is not None:
+            await trio.lowlevel.checkpoint()  # every wait is a checkpoint, even a settled one
+            return
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _raise_cancel: object) -> trio.lowlevel.Abort:
+        self.task = None  # a settle from now on must not reschedule a task that left
+        return _SUCCEEDED
 
 
 class PendingReplies:
