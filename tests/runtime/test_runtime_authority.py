@@ -1,0 +1,146 @@
+"""Spot authority records in the Location Store (authority.py; SHUT-7.3, CMP-9.8)."""
+
+from __future__ import annotations
+
+import uuid
+
+import attrs
+import cbor2
+import pytest
+import trio
+
+import zlink_trio as zl
+from zlink_trio._integration.store import Found, Missing, StoreConfig, open_stores
+from zlink_trio._runtime.authority import SpotRecord
+
+app = zl.Application()
+seen_in_closing: list[object] = []
+
+
+@app.message("auth.Ask")
+@attrs.frozen
+class Ask:
+    how: str
+
+
+@app.message("auth.Answer")
+@attrs.frozen
+class Answer:
+    text: str
+
+
+class Probe:
+    """What the Spots below report to the test."""
+
+    def __init__(self) -> None:
+        self.read_key: str | None = None
+        self.dsn = ""
+        self.held = trio.Event()
+        self.release = trio.Event()
+        self.outcomes: list[str] = []
+        self.asked: list[tuple[int, str]] = []
+
+
+probe = Probe()
+
+
+@app.user_spot("auth.Room")
+class Room(zl.Spot):
+    async def on_closing(self, closing: zl.SpotClosingContext) -> None:
+        if probe.read_key is not None:
+            async with open_stores(StoreConfig(dsn=probe.dsn), environ={}) as stores:
+                seen_in_closing.append(await stores.location.read(probe.read_key))
+
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask) -> Answer:
+        generation = self.context.ref.object_generation.value
+        probe.asked.append((generation, req.how))
+        if req.how == "relay":
+            try:
+                return (
+                    await self.context.route.request_to_spot("slow", Ask("hold"), reply_type=Answer)
+                    .instance_spot("auth.Slow")
+                    .timeout(60)
+                    .submit()
+                )
+            except trio.Cancelled:
+                probe.outcomes.append(f"gen{generation}:cancelled")
+                raise
+        return Answer(f"gen{generation}")
+
+
+@app.instance_spot("auth.Slow")
+class Slow(zl.InstanceSpot):
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask) -> Answer:
+        probe.held.set()
+        await probe.release.wait()
+        return Answer("late")
+
+
+def config(store_dsn: str, mesh: str, **values: object) -> zl.HostConfig:
+    return zl.HostConfig(mesh=mesh, store_dsn=store_dsn, **values)  # type: ignore[arg-type]  # test values
+
+
+@pytest.mark.spec("SHUT-7.3", "SHUT-4.1")
+async def test_the_record_is_held_through_on_closing_and_released_after(store_dsn: str) -> None:
+    """The authority record names this node while the Spot is Ready and during on_closing, and
+    is deleted when the host has shut down; the generation counter stays."""
+    global probe
+    probe = Probe()
+    mesh = f"t-{uuid.uuid4().hex[:8]}"
+    key = f"m/{mesh}/spot/room-1"
+    probe.read_key = key
+    probe.dsn = store_dsn
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+        async with zl.open_host(app, config(store_dsn, mesh)) as host:
+            await host.spots.get_or_create("room-1", "auth.Room").submit()
+            found = await stores.location.read(key)
+            assert isinstance(found, Found)
+            record = SpotRecord.decode(found.value)
+            assert host.node_rid == record.owner
+            assert host.node_generation == record.owner_generation
+            assert zl.ObjectGeneration(1) == record.generation
+            assert zl.SpotKind.USER == record.kind
+            assert "ready" == record.state
+        assert isinstance(seen_in_closing[-1], Found)
+        assert isinstance(await stores.location.read(key), Missing)
+        counter = await stores.location.read(f"m/{mesh}/generation/room-1")
+        assert isinstance(counter, Found)
+        assert 1 == cbor2.loads(counter.value)
+
+
+@pytest.mark.spec("CMP-9.8", "CMP-17.8")
+async def test_a_reply_to_the_previous_generation_never_reaches_the_new_one(
+    store_dsn: str,
+) -> None:
+    """A request made by generation 1 whose reply comes after generation 1 closed and
+    generation 2 was created is discarded; generation 2 never sees it."""
+    global probe
+    probe = Probe()
+    mesh = f"t-{uuid.uuid4().hex[:8]}"
+    async with zl.open_host(app, config(store_dsn, mesh, closing_timeout=0.2)) as host:
+        first = await host.spots.get_or_create("room-3", "auth.Room").submit()
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+
+                async def relay() -> None:
+                    with pytest.raises(zl.ZLinkError):
+                        await host.route.request_to_spot(
+                            "room-3", Ask("relay"), reply_type=Answer
+                        ).submit()
+
+                nursery.start_soon(relay)
+                await probe.held.wait()
+                assert await host.spots.close(first.spot_ref) is True
+        second = await host.spots.get_or_create("room-3", "auth.Room").submit()
+        assert second.spot_ref.object_generation.value == 2
+        probe.release.set()
+        with trio.fail_after(10):
+            reply = await host.route.request_to_spot(
+                "room-3", Ask("plain"), reply_type=Answer
+            ).submit()
+        assert Answer("gen2") == reply
+        assert 0 == host._node.dispatcher.in_flight
+    assert ["gen1:cancelled"] == probe.outcomes
+    assert [(1, "relay"), (2, "plain")] == probe.asked

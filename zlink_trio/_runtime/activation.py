@@ -1,0 +1,333 @@
+"""One live Spot on this host: its mailbox, gate task, turns and lifecycle (specs/spots.md
+SPOT-13, SPOT-14, SPOT-26, SPOT-39..SPOT-48, SPOT-59, SPOT-65, SPOT-67, SPOT-68; specs/errors.md
+ERR-5.9; specs/shutdown.md SHUT-7.3).
+
+Theory of operation.
+
+Rule 1: the lifecycle is one task. ``run`` claims authority (Instance Spots; a User Spot's creator
+claimed already), makes the instance, runs ``on_create`` (User Spots) and ``on_initialize``
+under the gate, records Ready in the store, serves the mailbox, runs ``on_closing`` and finally
+releases the store record. Nothing of the Spot runs before ``on_initialize`` has returned or
+after ``on_closing`` has started (SPOT-43).
+Rule 2: admission is the mailbox. A message is admitted when it is in the mailbox (an unbounded
+memory channel); the gate task takes the gate for each message in mailbox order and starts its
+turn, which gives the gate back when it ends (gate.py Rule 2). A cold-activating Instance Spot
+takes messages from the moment it is registered, so the activating message is the first in its
+mailbox and is handled first, right after ``on_initialize`` (SPOT-26).
+Rule 3: closing seals first. ``begin_close`` closes the mailbox's sending side, so nothing new is
+admitted; what was admitted still runs (explicit close) or is dropped (host shutdown, whose calls
+were already settled), turns still running at the closing deadline are cancelled, and then
+``on_closing`` runs under the gate while the Spot is still registered and still holds its store
+record (SHUT-7.3). ``on_closing`` is cancelled at the deadline (SPOT-47) and its exceptions are
+logged (SPOT-48).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from typing import Any
+
+import attrs
+import trio
+
+from zlink_trio._runtime.application import Handler, SpotType
+from zlink_trio._runtime.authority import Claim, Held
+from zlink_trio._runtime.completion import Outcome, shutting_down
+from zlink_trio._runtime.gate import ExecutionGate, Turn, enter_turn, leave_turn
+from zlink_trio._runtime.node import LocalNode
+from zlink_trio._runtime.spot import MessageContext, SpotClosingContext, SpotCreateResponse
+from zlink_trio._wire.ids import ReplyRouteId
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ObjectGeneration, SpotCloseReason, SpotId, SpotKind, SpotRef
+
+__all__ = ["Activation", "ActivationState", "Envelope"]
+
+_log = logging.getLogger("zlink_trio.runtime.activation")
+
+
+class ActivationState(enum.Enum):
+    """Where an activation is in its life."""
+
+    ACTIVATING = "activating"
+    READY = "ready"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@attrs.frozen
+class Envelope:
+    """One admitted message and where its reply goes (``None`` for a one-way message)."""
+
+    message: object
+    handler: Handler
+    context: MessageContext
+    reply_route: ReplyRouteId | None
+
+
+class Activation:
+    """One incarnation of a Spot on this host."""
+
+    def __init__(
+        self, node: LocalNode, spot_type: SpotType, spot_id: SpotId, claim: Claim | None
+    ) -> None:
+        self.node = node
+        self.spot_type = spot_type
+        self.spot_id = spot_id
+        self._claim = claim
+        self.state = ActivationState.ACTIVATING
+        self.gate = ExecutionGate()
+        self._send, self._receive = trio.open_memory_channel[Envelope](math.inf)
+        self._starting = trio.CancelScope()
+        self._turns = trio.CancelScope()
+        self._closing = SpotClosingContext(SpotCloseReason.HOST_SHUTDOWN, math.inf)
+        self._drop_admitted = False
+        self._instance: Any = None
+        self._failure: ZLinkError | None = None
+        self.closed = trio.Event()
+        # Known to shutdown from the moment it exists, even before its task first runs.
+        node.live.add(self)
+
+    @property
+    def kind(self) -> SpotKind:
+        """The Spot's kind."""
+        return self.spot_type.kind
+
+    @property
+    def generation(self) -> ObjectGeneration:
+        """The object generation; known once authority is claimed."""
+        if self._claim is None:
+            raise ZLinkError(ErrorKind.INVALID_OPERATION, f"{self.spot_id} is still activating")
+        return self._claim.record.generation
+
+    @property
+    def ref(self) -> SpotRef:
+        """The snapshot naming this incarnation."""
+        return SpotRef(self.spot_id, self.generation, self.node.mesh, self.node.node_rid)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the mailbox still admits messages."""
+        return self.state in (ActivationState.ACTIVATING, ActivationState.READY)
+
+    def admit(self, envelope: Envelope) -> None:
+        """Put ``envelope`` in the mailbox: the local admission boundary (CMP-4.4)."""
+        if not self.accepting:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
+        self._send.send_nowait(envelope)
+
+    def begin_close(self, reason: SpotCloseReason, deadline: float, *, drain: bool) -> bool:
+        """Seal the mailbox and start closing (Rule 3); ``False`` if closing had begun."""
+        if not self.accepting:
+            return False
+        self.state = ActivationState.CLOSING
+        self._closing = SpotClosingContext(reason, deadline)
+        self._drop_admitted = not drain
+        self._send.close()
+        # Lifecycle work still running at the closing deadline is cancelled (SPOT-47).
+        self._starting.deadline = deadline
+        self._turns.deadline = deadline
+        return True
+
+    async def run(
+        self,
+        request: object | None = None,
+        *,
+        task_status: trio.TaskStatus[SpotCreateResponse] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The whole life of the activation (Rule 1). Before ``task_status.started`` a failure
+        propagates to whoever started it; afterwards it is logged."""
+        try:
+            try:
+                with self._starting:
+                    response = await self._activate(request)
+                if self._starting.cancelled_caught:
+                    raise shutting_down() if not self.node.admitting else _gone(self.spot_id)
+            except ZLinkError as error:
+                self._failure = error
+                raise
+            except Exception as error:
+                self._failure = _internal(f"activation raised {type(error).__name__}")
+                raise self._failure from None
+            if not response.accepted:
+                task_status.started(response)
+                return
+            if self.state is ActivationState.ACTIVATING:
+                self.state = ActivationState.READY
+            self.node.activations[self.spot_id] = self
+            task_status.started(response)
+            try:
+                await self._serve()
+                await self._run_on_closing()
+            except Exception:
+                _log.exception("Spot %s failed while serving", self.spot_id)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._finish()
+
+    async def run_cold(self) -> None:
+        """``run`` for a cold-activated Instance Spot, whose activation nobody awaits: a failure
+        is logged and given to the requests waiting in its mailbox."""
+        try:
+            await self.run()
+        except ZLinkError as error:
+            _log.warning("cold activation of %s failed: %s", self.spot_id, error)
+
+    async def _activate(self, request: object | None) -> SpotCreateResponse:
+        node = self.node
+        if self._claim is None:
+            claimed = await node.authority.claim(self.spot_id, self.kind, self.spot_type.name)
+            if isinstance(claimed, Held):
+                raise _held_error(self.spot_id, claimed, self.spot_type)
+            self._claim = claimed
+        # Imported here: the context reaches the route client and Spot manager, whose call
+        # objects start activations, so a module-level import would be circular.
+        from zlink_trio._runtime.context import SpotContext
+
+        cls: Any = self.spot_type.cls
+        response = SpotCreateResponse.accept()
+        await self.gate.acquire()
+        token = enter_turn(Turn(self.gate))
+        try:
+            try:
+                instance = cls.__new__(cls)
+                instance._zl_context = SpotContext(node, self)
+                instance.__init__()
+            except Exception as error:
+                raise _internal(f"{cls.__qualname__}() raised {type(error).__name__}") from None
+            self._instance = instance
+            if self.kind is SpotKind.USER:
+                try:
+                    response = await instance.on_create(request)
+                except Exception as error:
+                    raise _internal(f"on_create raised {type(error).__name__}") from None
+                if not isinstance(response, SpotCreateResponse):
+                    raise _internal("on_create must return a SpotCreateResponse")
+                if not response.accepted:
+                    return response
+            try:
+                await instance.on_initialize()
+            except Exception as error:
+                raise _internal(f"on_initialize raised {type(error).__name__}") from None
+        finally:
+            leave_turn(token)
+            self.gate.release()
+        self._claim = await node.authority.mark_ready(self._claim)
+        return response
+
+    async def _serve(self) -> None:
+        with self._turns:
+            async with trio.open_nursery() as turns:
+                async for envelope in self._receive:
+                    if self._drop_admitted:
+                        self._fail_one(envelope, _gone(self.spot_id))
+                        continue
+                    await self.gate.acquire()
+                    turns.start_soon(self._turn, envelope)
+
+    async def _turn(self, envelope: Envelope) -> None:
+        handler = envelope.handler
+        token = enter_turn(Turn(self.gate))
+        try:
+            method = getattr(self._instance, handler.name)
+            arguments = (
+                (envelope.message, envelope.context)
+                if handler.takes_context
+                else (envelope.message,)
+            )
+            try:
+                result = await method(*arguments)
+            except Exception as error:
+                if envelope.reply_route is None:
+                    _log.exception("packet handler %s of %s raised", handler.name, self.spot_id)
+                    return
+                result = _internal(f"request handler {handler.name} raised {type(error).__name__}")
+            except trio.Cancelled:
+                self._fail_one(envelope, _gone(self.spot_id))
+                raise
+            if envelope.reply_route is not None:
+                self._reply(envelope.reply_route, handler, result)
+        finally:
+            leave_turn(token)
+            self.gate.release()
+
+    def _reply(self, route: ReplyRouteId, handler: Handler, result: object) -> None:
+        entry = self.node.dispatcher.pop(route)
+        if entry is None:
+            # Its caller stopped waiting (timeout, cancellation, shutdown): discard (CMP-9.3).
+            _log.debug("late reply of %s discarded", self.spot_id)
+            return
+        if isinstance(result, ZLinkError):
+            outcome = Outcome(error=result)
+        elif handler.reply_type is not None and isinstance(result, handler.reply_type):
+            outcome = Outcome(value=result)
+        else:
+            outcome = Outcome(
+                error=_internal(
+                    f"request handler {handler.name} returned {type(result).__qualname__}, "
+                    "not its declared reply class"
+                )
+            )
+        self.node.dispatcher.deliver(entry, outcome)
+
+    async def _run_on_closing(self) -> None:
+        await self.gate.acquire()
+        token = enter_turn(Turn(self.gate))
+        try:
+            with trio.move_on_at(self._closing.deadline):
+                await self._instance.on_closing(self._closing)
+        except Exception:
+            _log.exception("on_closing of %s raised; closing goes on", self.spot_id)
+        finally:
+            leave_turn(token)
+            self.gate.release()
+
+    async def _finish(self) -> None:
+        self.state = ActivationState.CLOSED
+        if self.node.activations.get(self.spot_id) is self:
+            del self.node.activations[self.spot_id]
+        self.node.live.discard(self)
+        self._send.close()
+        self._fail_admitted(self._failure or _gone(self.spot_id))
+        if self._claim is not None:
+            try:
+                with trio.move_on_after(self.node.config.closing_timeout):
+                    await self.node.authority.release(self._claim)
+            except ZLinkError as error:
+                _log.warning("could not release the record of %s: %s", self.spot_id, error)
+        self._instance = None  # the instance does not outlive its activation (SPOT-61)
+        self.closed.set()
+
+    def _fail_admitted(self, error: ZLinkError) -> None:
+        while True:
+            try:
+                envelope = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            self._fail_one(envelope, error)
+
+    def _fail_one(self, envelope: Envelope, error: ZLinkError) -> None:
+        if envelope.reply_route is None:
+            return
+        entry = self.node.dispatcher.pop(envelope.reply_route)
+        if entry is not None:
+            self.node.dispatcher.deliver(entry, Outcome(error=error))
+
+
+def _internal(message: str) -> ZLinkError:
+    return ZLinkError(ErrorKind.INTERNAL_FAILURE, message)
+
+
+def _gone(spot_id: SpotId) -> ZLinkError:
+    return ZLinkError(ErrorKind.UNAVAILABLE, f"Spot {spot_id} closed before handling the message")
+
+
+def _held_error(spot_id: SpotId, held: Held, wanted: SpotType) -> ZLinkError:
+    record = held.record
+    if record.kind is not wanted.kind or record.type_name != wanted.name:
+        return ZLinkError(
+            ErrorKind.TYPE_MISMATCH,
+            f"{spot_id} is held by a {record.kind.name} Spot of type {record.type_name}",
+        )
+    return ZLinkError(ErrorKind.UNAVAILABLE, f"{spot_id} is held by node {record.owner}")

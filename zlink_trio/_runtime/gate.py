@@ -1,0 +1,90 @@
+"""The execution gate of a SPOT_WIDE User Spot or an Instance Spot (specs/spots.md SPOT-67,
+SPOT-68, SPOT-70, SPOT-74, SPOT-78; specs/completion.md CMP-2.4, CMP-2.7).
+
+Rule 1: one turn at a time. A turn (handler, lifecycle callback) runs only while it holds the
+gate, and keeps it across every ordinary await (SPOT-68).
+Rule 2: first come, first served. The gate is a ``trio.Semaphore(1)``, whose waiters are woken
+in the order they arrived; the Spot's gate task takes the gate for messages in mailbox order, so
+turns start in the order their messages were admitted (FIFO per sender and overall).
+Rule 3: only ``yield_()`` gives the gate back inside a turn, and it takes the same gate again
+before the code after it runs (SPOT-70). The gate has no owner task, because a turn is started by
+the gate task but ends in its own task.
+Rule 4: the running turn is known through a context variable, so a call can tell whether it is
+made inside a Spot turn (``yield_``) or inside any Trio task at all (``submit_sync``). A child
+task inherits the variable but not the gate, so a turn counts only in the task that runs it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import trio
+
+__all__ = ["ExecutionGate", "Turn", "current_turn"]
+
+T = TypeVar("T")
+
+
+class ExecutionGate:
+    """One turn at a time, in arrival order."""
+
+    def __init__(self) -> None:
+        self._permit = trio.Semaphore(1)
+
+    @property
+    def held(self) -> bool:
+        """Whether a turn holds the gate now."""
+        return self._permit.value == 0
+
+    async def acquire(self) -> None:
+        """Wait for the gate, behind everyone who asked earlier."""
+        await self._permit.acquire()
+
+    def release(self) -> None:
+        """Give the gate to the next waiter."""
+        self._permit.release()
+
+    async def wait_outside(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` with the gate given back, then take it again (Rule 3), even when the work
+        fails or the turn is cancelled, so the turn still ends holding its gate."""
+        self.release()
+        try:
+            return await work()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.acquire()
+
+
+class Turn:
+    """The turn a task is running: which gate it holds, and the task that holds it."""
+
+    __slots__ = ("gate", "task")
+
+    def __init__(self, gate: ExecutionGate) -> None:
+        self.gate = gate
+        self.task = trio.lowlevel.current_task()
+
+
+_current: contextvars.ContextVar[Turn | None] = contextvars.ContextVar(
+    "zlink_trio_turn", default=None
+)
+
+
+def current_turn() -> Turn | None:
+    """The turn the calling task is running, or ``None`` outside any Spot turn (Rule 4)."""
+    turn = _current.get()
+    if turn is None or turn.task is not trio.lowlevel.current_task():
+        return None
+    return turn
+
+
+def enter_turn(turn: Turn) -> contextvars.Token[Turn | None]:
+    """Mark the calling task as running ``turn``; undo with ``leave_turn``."""
+    return _current.set(turn)
+
+
+def leave_turn(token: contextvars.Token[Turn | None]) -> None:
+    """Undo ``enter_turn``."""
+    _current.reset(token)

@@ -1,0 +1,217 @@
+"""A running host: its task tree, start-up and immediate shutdown (specs/shutdown.md SHUT-2.1..
+SHUT-2.3, SHUT-4.1, SHUT-4.2, SHUT-4.4..SHUT-4.10, SHUT-7.3..SHUT-7.5; specs/registration.md
+REG-5.1, REG-5.11; specs/api.md API-16, API-17).
+
+The task tree (DESIGN §2): ``open_host`` owns one nursery holding
+
+    the store task            opens the stores and keeps them open until it is told to close
+    the completion lane       CompletionDispatcher.run
+    the activations task      owns the activations nursery; every Spot's task runs inside it
+
+Each part closes what it created (SHUT-4.1): the store task closes the store, the lane drains
+itself, each activation releases its own store record. The host only decides the order, and it
+decides it by stage, never by looking at what kind of part it is closing (SHUT-2.4).
+
+Immediate shutdown runs once, in its own task in the host nursery, so a caller that stops
+waiting does not stop it (SHUT-4.10); every ``shutdown()`` call waits for that one run
+(SHUT-2.3). Its stages, in order (SHUT-4.5):
+
+1. seal admission: every new operation raises SHUTTING_DOWN (SHUT-4.6);
+2. settle every call still in flight with SHUTTING_DOWN (SHUT-4.7), so a turn waiting for a reply
+   ends instead of holding its gate until the closing deadline;
+3. close every activation with HOST_SHUTDOWN and one deadline, ``closing_timeout`` from now:
+   ``on_closing`` runs while the Spot is still registered and holds its store record (SHUT-4.8,
+   SHUT-7.3), then the activation releases its record;
+4. drain the completion lane;
+5. close the store;
+6. publish the final result: ``shutdown()`` returns and ``open_host`` exits; nothing starts after
+   (SHUT-4.4).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from zlink_trio._integration.store import StoreConfig, Stores, open_stores
+from zlink_trio._runtime.application import Application
+from zlink_trio._runtime.authority import SpotAuthority
+from zlink_trio._runtime.completion import CompletionDispatcher, shutting_down
+from zlink_trio._runtime.config import HostConfig
+from zlink_trio._runtime.node import LocalNode
+from zlink_trio._runtime.route import Route
+from zlink_trio._runtime.spots import SpotManager
+from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotCloseReason
+
+__all__ = ["Host", "open_host"]
+
+_log = logging.getLogger("zlink_trio.runtime.host")
+
+
+class Host:
+    """A started host: ``route`` for sends and requests, ``spots`` for the Spot manager, and
+    ``shutdown()``. Made only by ``open_host``."""
+
+    def __init__(self, node: LocalNode, tree: _TaskTree) -> None:
+        self._node = node
+        self._tree = tree
+        self.route = Route(node)
+        """Sends and requests to Spots."""
+        self.spots = SpotManager(node)
+        """Create, get-or-create and close User Spots."""
+
+    @property
+    def mesh(self) -> MeshName:
+        """The mesh this host serves."""
+        return self._node.mesh
+
+    @property
+    def node_rid(self) -> NodeRid:
+        """This host's node RID, the same for its whole run (ID-9)."""
+        return self._node.node_rid
+
+    @property
+    def node_generation(self) -> NodeGeneration:
+        """This run's lifecycle generation, new at every start (ID-9)."""
+        return self._node.node_generation
+
+    async def shutdown(self) -> None:
+        """Immediate shutdown: seal admission, settle calls, close every Spot with
+        HOST_SHUTDOWN, drain completions, close the store. Idempotent; concurrent and later
+        calls wait for the same run, and cancelling a caller does not stop it."""
+        await self._tree.shutdown(self._node)
+
+
+class _TaskTree:
+    """The host nursery's parts and the events that encode the shutdown order."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
+        self._close_store = trio.Event()
+        self._store_closed = trio.Event()
+        self._close_activations = trio.Event()
+        self._activations_closed = trio.Event()
+        self._started = False
+        self.finished = trio.Event()
+
+    async def run_store(
+        self,
+        config: StoreConfig,
+        *,
+        task_status: trio.TaskStatus[Stores] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            async with open_stores(config) as stores:
+                task_status.started(stores)
+                await self._close_store.wait()
+        finally:
+            self._store_closed.set()
+
+    async def run_activations(
+        self, *, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            async with trio.open_nursery() as activations:
+                task_status.started(activations)
+                await self._close_activations.wait()
+                # Every activation has closed or overrun its bound; cancel what is left.
+                activations.cancel_scope.cancel()
+        finally:
+            self._activations_closed.set()
+
+    async def shutdown(self, node: LocalNode) -> None:
+        if not self._started and not self.finished.is_set():
+            self._started = True
+            self.nursery.start_soon(self._shut_down, node)
+        await self.finished.wait()
+
+    async def _shut_down(self, node: LocalNode) -> None:
+        try:
+            node.admitting = False
+            settled = node.dispatcher.settle_all(shutting_down())
+            _log.debug("shutdown settled %d calls in flight", settled)
+            deadline = trio.current_time() + node.config.closing_timeout
+            closing = list(node.live)
+            for activation in closing:
+                activation.begin_close(SpotCloseReason.HOST_SHUTDOWN, deadline, drain=False)
+            # The closing deadline bounds on_closing; the store release after it gets as long.
+            with trio.move_on_at(deadline + node.config.closing_timeout):
+                for activation in closing:
+                    await activation.closed.wait()
+            self._close_activations.set()
+            await self._activations_closed.wait()
+            node.dispatcher.close()
+            await node.dispatcher.wait_drained()
+        finally:
+            # Even when the host nursery is being cancelled (a part crashed), the store still
+            # closes and the result is published, so no waiter of shutdown() is left behind.
+            self._close_store.set()
+            try:
+                with trio.CancelScope(shield=True):
+                    await self._store_closed.wait()
+            finally:
+                self.finished.set()
+
+
+@asynccontextmanager
+async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]:
+    """Validate ``app`` and ``config``, start a host, and shut it down when the block exits.
+
+    ``ConfigurationError`` lists every problem before anything touches the store (REG-5.1).
+    """
+    if not isinstance(app, Application):
+        raise TypeError(f"open_host takes a zl.Application, not {type(app).__name__}")
+    if not isinstance(config, HostConfig):
+        raise TypeError(f"open_host takes a zl.HostConfig, not {type(config).__name__}")
+    registry = app.freeze()
+    node_rid = (
+        NodeRid(f"node-{uuid.uuid4().hex}")
+        if config.node_rid is None
+        else config.node_rid
+        if isinstance(config.node_rid, NodeRid)
+        else NodeRid(config.node_rid)
+    )
+    node_generation = NodeGeneration.new()
+    store_config = StoreConfig(dsn=config.store_dsn, data_dir=config.store_data_dir)
+    try:
+        async with trio.open_nursery() as nursery:
+            tree = _TaskTree(nursery)
+            stores = await nursery.start(tree.run_store, store_config)
+            dispatcher = CompletionDispatcher()
+            await nursery.start(dispatcher.run)
+            activations = await nursery.start(tree.run_activations)
+            node = LocalNode(
+                config,
+                registry,
+                node_rid,
+                node_generation,
+                dispatcher,
+                SpotAuthority(stores.location, config.mesh_name, node_rid, node_generation),
+                activations,
+                trio.lowlevel.current_trio_token(),
+            )
+            host = Host(node, tree)
+            try:
+                yield host
+            finally:
+                with trio.CancelScope(shield=True):
+                    await host.shutdown()
+    except BaseExceptionGroup as group:
+        # The host nursery wraps what passes through it; a lone error leaves as itself, so
+        # callers can branch on its type and kind.
+        lone = _lone_error(group)
+        if lone is None:
+            raise
+        raise lone from None
+
+
+def _lone_error(error: BaseException) -> BaseException | None:
+    while isinstance(error, BaseExceptionGroup):
+        if len(error.exceptions) != 1:
+            return None
+        error = error.exceptions[0]
+    return error

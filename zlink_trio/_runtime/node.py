@@ -1,0 +1,67 @@
+"""The state one running host shares among its parts (specs/shutdown.md SHUT-2.1, SHUT-4.6).
+
+A ``LocalNode`` is made by ``open_host`` and handed to the route client, the Spot manager, every
+activation and every call object of that host; hosts in one process share nothing (SHUT-2.1).
+Its ``admitting`` flag is the single admission seal: every public operation checks it first, so
+once shutdown has sealed it every new operation ends with ``SHUTTING_DOWN`` (SHUT-4.6).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from zlink_trio._runtime.application import Registry
+from zlink_trio._runtime.authority import SpotAuthority
+from zlink_trio._runtime.completion import CompletionDispatcher, shutting_down
+from zlink_trio._runtime.config import HostConfig
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId
+
+if TYPE_CHECKING:
+    from zlink_trio._runtime.activation import Activation
+
+__all__ = ["LocalNode"]
+
+
+class LocalNode:
+    """One host run: its identity, registry, call table, store authority and activations."""
+
+    def __init__(
+        self,
+        config: HostConfig,
+        registry: Registry,
+        node_rid: NodeRid,
+        node_generation: NodeGeneration,
+        dispatcher: CompletionDispatcher,
+        authority: SpotAuthority,
+        activation_nursery: trio.Nursery,
+        token: trio.lowlevel.TrioToken,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.mesh: MeshName = config.mesh_name
+        self.node_rid = node_rid
+        self.node_generation = node_generation
+        self.dispatcher = dispatcher
+        self.authority = authority
+        self.activation_nursery = activation_nursery
+        self.token = token
+        self.activations: dict[SpotId, Activation] = {}
+        """Every local activation that can take messages or is closing, by id."""
+        self.creating: dict[SpotId, trio.Event] = {}
+        """User Spot creations in progress, by id; later callers wait for the first (SPOT-15)."""
+        self.live: set[Activation] = set()
+        """Every activation whose task runs, including User Spots still being created."""
+        self.admitting = True
+
+    def check_admitting(self) -> None:
+        """Raise ``SHUTTING_DOWN`` once shutdown has sealed admission (SHUT-4.6)."""
+        if not self.admitting:
+            raise shutting_down()
+
+    def check_mesh(self, mesh: MeshName | None) -> None:
+        """A call naming another mesh than this host's finds nothing there (CMP-5.10)."""
+        if mesh is not None and mesh != self.mesh:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"no mesh named {mesh} is served here")

@@ -1,0 +1,131 @@
+"""What an application subclasses and the values its lifecycle callbacks see (specs/spots.md,
+SPOT-12, SPOT-13, SPOT-40, SPOT-41, SPOT-44, SPOT-45, SPOT-64).
+
+The runtime makes one new instance of the declared class per activation (SPOT-59) and gives it
+its :class:`~zlink_trio._runtime.context.SpotContext` before ``__init__`` runs, so ``self.context``
+is usable in the constructor already.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import attrs
+
+from zlink_trio.ids import SpotCloseReason, SpotId, SpotRef
+
+if TYPE_CHECKING:
+    from zlink_trio._runtime.context import SpotContext
+
+__all__ = [
+    "InstanceSpot",
+    "MessageContext",
+    "Spot",
+    "SpotClosingContext",
+    "SpotCreateResponse",
+    "SpotCreateResult",
+    "SpotCreateStatus",
+]
+
+
+class _SpotBase:
+    """What every Spot kind shares: its context and the two lifecycle callbacks with defaults."""
+
+    _zl_context: SpotContext
+
+    @property
+    def context(self) -> SpotContext:
+        """This activation's context: its id, ref, route client and Spot manager."""
+        return self._zl_context
+
+    async def on_initialize(self) -> None:
+        """Runs once before the first message; the default does nothing."""
+
+    async def on_closing(self, closing: SpotClosingContext) -> None:
+        """Runs once when the activation closes; the default does nothing."""
+
+
+class Spot(_SpotBase):
+    """Base class of a User Spot: created through ``spots.create``/``get_or_create``.
+
+    Override ``on_create`` to accept or reject creation (the default accepts with no reply),
+    ``on_initialize`` and ``on_closing``; declare handlers with ``@zl.packet_handler`` and
+    ``@zl.request_handler``.
+    """
+
+    async def on_create(self, request: object | None) -> SpotCreateResponse:
+        """Decide whether this Spot is created; ``request`` is the create call's request."""
+        del request
+        return SpotCreateResponse.accept()
+
+
+class InstanceSpot(_SpotBase):
+    """Base class of an Instance Spot: activated cold by the first message that names its type
+    with ``instance_spot(...)``; it closes itself with ``self.context.close()``."""
+
+
+def _frozen_metadata(value: Mapping[str, str]) -> Mapping[str, str]:
+    return types.MappingProxyType(dict(value))
+
+
+@attrs.frozen
+class MessageContext:
+    """What a handler knows about the message it handles besides the message itself."""
+
+    spot_id: SpotId
+    """The Spot that handles the message."""
+    metadata: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_frozen_metadata, hash=False, eq=False
+    )
+    """The ``metadata(key, value)`` pairs the sender set."""
+
+
+@attrs.frozen
+class SpotClosingContext:
+    """Why and until when an activation closes; given to ``on_closing`` (SPOT-44, SPOT-45)."""
+
+    reason: SpotCloseReason
+    deadline: float
+    """Absolute time on the Trio clock; ``on_closing`` is cancelled when it passes (SPOT-47)."""
+
+
+@attrs.frozen
+class SpotCreateResponse:
+    """The decision of ``on_create``: accept or reject, each with an optional reply message."""
+
+    accepted: bool
+    reply: object | None = None
+
+    @classmethod
+    def accept(cls, reply: object | None = None) -> SpotCreateResponse:
+        """Create the Spot; ``reply`` reaches the create call's result."""
+        return cls(True, reply)
+
+    @classmethod
+    def reject(cls, reply: object | None = None) -> SpotCreateResponse:
+        """Do not create the Spot; the create call returns a ``REJECTED`` result (ERR-6.1)."""
+        return cls(False, reply)
+
+
+class SpotCreateStatus(enum.Enum):
+    """How a create or get-or-create call ended (SPOT-12)."""
+
+    CREATED = "created"
+    """This call created the Spot."""
+    EXISTING = "existing"
+    """A Ready Spot of the same type already held the id; nothing was created."""
+    REJECTED = "rejected"
+    """``on_create`` rejected the Spot; it never became Ready."""
+
+
+@attrs.frozen
+class SpotCreateResult:
+    """The typed result of a create call: its status, the incarnation concerned and the reply of
+    ``on_create`` (always ``None`` for ``EXISTING``)."""
+
+    status: SpotCreateStatus
+    spot_ref: SpotRef
+    response: object | None = None
