@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,13 +49,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def store_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_root() -> Iterator[Path]:
+    """A private folder for every embedded PostgreSQL of the session, outside pytest's own
+    temporary tree: a concurrent pytest run resets that tree's permissions to 0700 (and prunes
+    old runs), which would lock the server's system user out of a running server's data."""
+    root = Path(tempfile.mkdtemp(prefix="zlink-test-pg-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_folder(pg_root: Path) -> Path:
+    """A fresh folder for one test's own embedded PostgreSQL (its data folder goes inside)."""
+    return Path(tempfile.mkdtemp(dir=pg_root))
+
+
+@pytest.fixture(scope="session")
+def store_dsn(pg_root: Path) -> Iterator[str]:
     """The DSN of the session's PostgreSQL: ``ZLINK_STORE_DSN``, else one embedded server."""
     external = os.environ.get(DSN_VARIABLE)
     if external:
         yield external
         return
-    server = EmbeddedPostgres(Path(tmp_path_factory.mktemp("store")) / "pgdata")
+    server = EmbeddedPostgres(pg_root / "session" / "pgdata")
     dsn = trio.run(server.start, STARTUP_TIMEOUT)
     try:
         yield dsn

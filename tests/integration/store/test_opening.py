@@ -175,8 +175,9 @@ def test_the_default_data_folder_follows_xdg() -> None:
 
 
 @pytest.mark.spec("STORE-33")
-async def test_without_a_dsn_an_embedded_server_keeps_the_data(tmp_path: Path) -> None:
+async def test_without_a_dsn_an_embedded_server_keeps_the_data(pg_folder: Path) -> None:
     """No DSN: a private server starts in data_dir, stops on close, and has the data next time."""
+    tmp_path = pg_folder
     config = StoreConfig(data_dir=tmp_path / "pg", startup_timeout=60)
     async with open_stores(config, environ={}) as stores:
         assert str(tmp_path / "pg") in stores.dsn
