@@ -8,7 +8,7 @@ from zlink_trio._runtime.application import Application
 from zlink_trio._runtime.calls import SpotCreateCall, SpotRequestCall, SpotSendCall
 from zlink_trio._runtime.config import HostConfig
 from zlink_trio._runtime.context import SpotContext
-from zlink_trio._runtime.handlers import packet_handler, request_handler
+from zlink_trio._runtime.handlers import packet_handler, request_handler, timer_handler
 from zlink_trio._runtime.host import Host, open_host
 from zlink_trio._runtime.route import Route
 from zlink_trio._runtime.spot import (
@@ -20,7 +20,10 @@ from zlink_trio._runtime.spot import (
     SpotCreateResult,
     SpotCreateStatus,
 )
+from zlink_trio._runtime.spot_timers import SpotTimers
 from zlink_trio._runtime.spots import SpotManager
+from zlink_trio._runtime.timers import TimerTick
+from zlink_trio._runtime.worker_calls import WorkerCall, Workers
 from zlink_trio._version import __version__
 from zlink_trio.errors import ConfigurationError, ErrorKind, ZLinkError
 from zlink_trio.ids import (
@@ -74,12 +77,17 @@ __all__ = [
     "SpotRef",
     "SpotRequestCall",
     "SpotSendCall",
+    "SpotTimers",
     "StableTypeName",
     "TimerOptions",
     "TimerOverrunPolicy",
+    "TimerTick",
+    "WorkerCall",
+    "Workers",
     "ZLinkError",
     "__version__",
     "open_host",
     "packet_handler",
     "request_handler",
+    "timer_handler",
 ]

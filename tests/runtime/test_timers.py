@@ -52,13 +52,13 @@ class Recorder:
         self.most_active = max(self.most_active, self.active)
         try:
             started = trio.current_time()
-            self.seen.append((tick.sequence, tick.scheduled_at, tick.skipped, started))
+            self.seen.append((tick.number, tick.scheduled_at, tick.skipped, started))
             self.reached.setdefault(len(self.seen), trio.Event()).set()
             if len(self.seen) >= self.stop_after:
                 self.timer.cancel()
-            await trio.sleep(self.durations.get(tick.sequence, 0))
-            if tick.sequence in self.fail_on:
-                raise RuntimeError(f"tick {tick.sequence} failed")
+            await trio.sleep(self.durations.get(tick.number, 0))
+            if tick.number in self.fail_on:
+                raise RuntimeError(f"tick {tick.number} failed")
         finally:
             self.active -= 1
             self.ended_at.append(trio.current_time())
@@ -182,7 +182,7 @@ async def test_tick_carries_name_sequence_due_time_and_skipped_count(
 
     async def on_tick(tick: TimerTick) -> None:
         ticks.append(tick)
-        if tick.sequence == 1:
+        if tick.number == 1:
             await trio.sleep(25.0)
         else:
             timer.cancel()
@@ -190,7 +190,7 @@ async def test_tick_carries_name_sequence_due_time_and_skipped_count(
     await timer.run(on_tick)
     assert [TimerTick("flush", 1, 10.0, 0), TimerTick("flush", 3, 30.0, 1)] == ticks
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        ticks[0].sequence = 2  # type: ignore[misc]  # proving the value is frozen
+        ticks[0].number = 2  # type: ignore[misc]  # proving the value is frozen
 
 
 @pytest.mark.spec("TIMER-25")

@@ -1,6 +1,6 @@
 """One live Spot on this host: its mailbox, gate task, turns and lifecycle (specs/spots.md
-SPOT-13, SPOT-14, SPOT-26, SPOT-39..SPOT-48, SPOT-59, SPOT-65, SPOT-67, SPOT-68; specs/errors.md
-ERR-5.9; specs/shutdown.md SHUT-7.3).
+SPOT-13, SPOT-14, SPOT-26, SPOT-39..SPOT-48, SPOT-50, SPOT-59, SPOT-65, SPOT-67, SPOT-68;
+specs/errors.md ERR-5.9; specs/shutdown.md SHUT-7.3; specs/timers.md TIMER-9, TIMER-14).
 
 Theory of operation.
 
@@ -19,7 +19,17 @@ admitted; what was admitted still runs (explicit close) or is dropped (host shut
 were already settled), turns still running at the closing deadline are cancelled, and then
 ``on_closing`` runs under the gate while the Spot is still registered and still holds its store
 record (SHUT-7.3). ``on_closing`` is cancelled at the deadline (SPOT-47) and its exceptions are
-logged (SPOT-48).
+logged (SPOT-48). The id stays registered to the closing incarnation until its record is
+released, so the next incarnation is activated only after that. Closing stops the Spot's timers
+before anything else (spot_timers.py Rule 3).
+Rule 4: a timer tick is a turn. ``run_tick`` takes the gate like a message turn and runs the tick
+handler only while the activation is Ready; the timer tasks live in the turns nursery, so the
+closing deadline cuts a running tick like any turn (TIMER-9, TIMER-14).
+Rule 5: idle eviction. With ``instance_idle_timeout`` set, an Instance Spot's turns nursery also
+runs a watcher that starts an ``IDLE_EVICTED`` close once no turn (message or tick) has run or
+held the gate for that long (SPOT-50). The close drains like an explicit one, so a message
+admitted at the same instant still runs; the next ``instance_spot()`` message waits for the
+close and activates a new incarnation (messaging.py Rule 3).
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ from zlink_trio._runtime.completion import Outcome, shutting_down
 from zlink_trio._runtime.gate import ExecutionGate, Turn, enter_turn, leave_turn
 from zlink_trio._runtime.node import LocalNode
 from zlink_trio._runtime.spot import MessageContext, SpotClosingContext, SpotCreateResponse
+from zlink_trio._runtime.spot_timers import SpotTimers
+from zlink_trio._runtime.timers import TimerTick
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ObjectGeneration, SpotCloseReason, SpotId, SpotKind, SpotRef
@@ -86,6 +98,10 @@ class Activation:
         self._instance: Any = None
         self._failure: ZLinkError | None = None
         self.closed = trio.Event()
+        self.timers = SpotTimers(self)
+        self._busy = 0
+        self._idle_since = math.inf
+        self._idle_watch = trio.CancelScope()
         # Known to shutdown from the moment it exists, even before its task first runs.
         node.live.add(self)
 
@@ -125,6 +141,8 @@ class Activation:
         self._closing = SpotClosingContext(reason, deadline)
         self._drop_admitted = not drain
         self._send.close()
+        self.timers.stop_all()
+        self._idle_watch.cancel()
         # Lifecycle work still running at the closing deadline is cancelled (SPOT-47).
         self._starting.deadline = deadline
         self._turns.deadline = deadline
@@ -219,6 +237,11 @@ class Activation:
     async def _serve(self) -> None:
         with self._turns:
             async with trio.open_nursery() as turns:
+                self._idle_since = trio.current_time()
+                self.timers.attach(turns)
+                idle_timeout = self.node.config.instance_idle_timeout
+                if self.kind is SpotKind.INSTANCE and idle_timeout is not None:
+                    turns.start_soon(self._evict_when_idle, idle_timeout)
                 async for envelope in self._receive:
                     if self._drop_admitted:
                         self._fail_one(envelope, _gone(self.spot_id))
@@ -226,9 +249,45 @@ class Activation:
                     await self.gate.acquire()
                     turns.start_soon(self._turn, envelope)
 
+    async def _evict_when_idle(self, idle_timeout: float) -> None:
+        with self._idle_watch:
+            while self.accepting:
+                now = trio.current_time()
+                if self._busy or self.gate.held:
+                    # A turn is running; its end moves _idle_since, so look again one timeout on.
+                    await trio.sleep_until(now + idle_timeout)
+                elif now >= self._idle_since + idle_timeout:
+                    deadline = now + self.node.config.closing_timeout
+                    self.begin_close(SpotCloseReason.IDLE_EVICTED, deadline, drain=True)
+                    return
+                else:
+                    await trio.sleep_until(self._idle_since + idle_timeout)
+
+    def _turn_started(self) -> None:
+        self._busy += 1
+
+    def _turn_ended(self) -> None:
+        self._busy -= 1
+        self._idle_since = trio.current_time()
+
+    async def run_tick(self, method: str, tick: TimerTick) -> None:
+        """The engine's ``on_tick``: run one tick as a turn under the gate (Rule 4)."""
+        await self.gate.acquire()
+        token = enter_turn(Turn(self.gate))
+        self._turn_started()
+        try:
+            # A tick that got the gate after closing began does not start (TIMER-14, SPOT-43).
+            if self.state is ActivationState.READY:
+                await getattr(self._instance, method)(tick)
+        finally:
+            self._turn_ended()
+            leave_turn(token)
+            self.gate.release()
+
     async def _turn(self, envelope: Envelope) -> None:
         handler = envelope.handler
         token = enter_turn(Turn(self.gate))
+        self._turn_started()
         try:
             method = getattr(self._instance, handler.name)
             arguments = (
@@ -249,6 +308,7 @@ class Activation:
             if envelope.reply_route is not None:
                 self._reply(envelope.reply_route, handler, result)
         finally:
+            self._turn_ended()
             leave_turn(token)
             self.gate.release()
 
@@ -285,8 +345,6 @@ class Activation:
 
     async def _finish(self) -> None:
         self.state = ActivationState.CLOSED
-        if self.node.activations.get(self.spot_id) is self:
-            del self.node.activations[self.spot_id]
         self.node.live.discard(self)
         self._send.close()
         self._fail_admitted(self._failure or _gone(self.spot_id))
@@ -296,6 +354,11 @@ class Activation:
                     await self.node.authority.release(self._claim)
             except ZLinkError as error:
                 _log.warning("could not release the record of %s: %s", self.spot_id, error)
+        # Only now does the id leave the table: until the record is released, a message for a
+        # new incarnation finds this closing one and waits for ``closed`` instead of claiming an
+        # id the store still shows as held (Rule 3).
+        if self.node.activations.get(self.spot_id) is self:
+            del self.node.activations[self.spot_id]
         self._instance = None  # the instance does not outlive its activation (SPOT-61)
         self.closed.set()
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from zlink_trio._runtime.handlers import HandlerKind, mark_of
+from zlink_trio._runtime.handlers import HandlerKind, mark_of, timer_name_of
 from zlink_trio._runtime.spot import InstanceSpot, Spot
 from zlink_trio._wire.payload import MessageTypes
 from zlink_trio.errors import ConfigurationError
@@ -53,6 +53,8 @@ class SpotType:
     mode: SpotFactoryMode
     relocation: RelocationCoordinationMode
     handlers: Mapping[type, Handler]
+    timers: Mapping[str, str] = attrs.field(factory=dict)
+    """Timer name -> the method declared with ``@zl.timer_handler(name)`` (TIMER-12)."""
 
 
 @attrs.frozen
@@ -227,6 +229,7 @@ def _validate(
             declaration.mode,
             declaration.relocation,
             handlers,
+            _timers_of(declaration, problems),
         )
     if problems:
         raise ConfigurationError(problems)
@@ -270,6 +273,27 @@ def _handlers_of(
             continue
         handlers[message] = Handler(mark.kind, attribute, message, reply, mark.takes_context)
     return handlers
+
+
+def _timers_of(declaration: _SpotDeclaration, problems: list[str]) -> dict[str, str]:
+    timers: dict[str, str] = {}
+    for attribute in dir(declaration.cls):
+        function = getattr(declaration.cls, attribute, None)
+        name = timer_name_of(function)
+        if name is None:
+            continue
+        where = f"{declaration.name}.{attribute}"
+        if mark_of(function) is not None:
+            problems.append(f"{where} is declared both as a timer handler and a message handler")
+            continue
+        if name in timers:
+            problems.append(
+                f"{declaration.name} has two handlers for timer {name!r}: "
+                f"{timers[name]} and {attribute}"
+            )
+            continue
+        timers[name] = attribute
+    return timers
 
 
 def _return_annotation(function: Any) -> type | None:

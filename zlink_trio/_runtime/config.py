@@ -1,5 +1,5 @@
 """Host configuration and the checks of durations (specs/registration.md REG-8.1;
-specs/completion.md CMP-9.9; specs/shutdown.md SHUT-4.8).
+specs/completion.md CMP-3.10, CMP-9.9; specs/shutdown.md SHUT-4.8).
 
 A ``HostConfig`` is checked as a whole when it is made: every bad value is listed in one
 ``ConfigurationError`` (REG-5.11), so a host never starts from a contradictory configuration.
@@ -9,10 +9,12 @@ Strings become identifiers once, when the host starts (ID-6.4).
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import attrs
 
+from zlink_trio._runtime.workers import MAX_CPU_SLOTS
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import MeshName, NodeRid
 
@@ -53,6 +55,18 @@ def _check_queue_size(value: object) -> None:
         raise ValueError(f"app_job_queue_size must be in 1..{MAX_APP_JOB_QUEUE_SIZE}, got {value}")
 
 
+def _check_cpu_slots(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"cpu_worker_slots takes an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_CPU_SLOTS:
+        raise ValueError(f"cpu_worker_slots must be in 1..{MAX_CPU_SLOTS}, got {value}")
+
+
+def _default_cpu_slots() -> int:
+    # One CPU-bound thread per core; the cap keeps a huge machine inside the scheduler's range.
+    return min(os.cpu_count() or 1, MAX_CPU_SLOTS)
+
+
 def _check_optional_timeout(value: object, what: str) -> None:
     if value is not None:
         check_timeout(value, what)
@@ -82,6 +96,8 @@ class HostConfig:
     """Idle time after which an Instance Spot is evicted; ``None`` never evicts (SPOT-50)."""
     app_job_queue_size: int = 65536
     """Permits of the host's shared application job queue, 1..2**31-1 (REG-8.1)."""
+    cpu_worker_slots: int = attrs.field(factory=_default_cpu_slots)
+    """CPU worker threads of the host, 1..1024; the default is the number of CPUs (CMP-3.10)."""
 
     def __attrs_post_init__(self) -> None:
         found = [
@@ -92,6 +108,7 @@ class HostConfig:
             _problem(check_timeout, self.closing_timeout, "closing_timeout"),
             _problem(_check_optional_timeout, self.instance_idle_timeout, "instance_idle_timeout"),
             _problem(_check_queue_size, self.app_job_queue_size),
+            _problem(_check_cpu_slots, self.cpu_worker_slots),
         ]
         problems = [f"HostConfig: {problem}" for problem in found if problem is not None]
         if problems:

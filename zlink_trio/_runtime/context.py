@@ -1,5 +1,5 @@
 """The context of one Spot activation (specs/api.md API-17; specs/spots.md SPOT-38; specs/
-shutdown.md SHUT-4.3).
+shutdown.md SHUT-4.3; specs/timers.md; specs/completion.md CMP-3.1).
 
 A context belongs to one activation: once that activation has closed, using it raises
 ``INVALID_OPERATION`` before anything is submitted, so a stale reference can never act for a
@@ -14,7 +14,9 @@ import trio
 
 from zlink_trio._runtime.node import LocalNode
 from zlink_trio._runtime.route import Route
+from zlink_trio._runtime.spot_timers import SpotTimers
 from zlink_trio._runtime.spots import SpotManager
+from zlink_trio._runtime.worker_calls import Workers
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import SpotCloseReason, SpotId, SpotKind, SpotRef
 
@@ -26,7 +28,7 @@ __all__ = ["SpotContext"]
 
 class SpotContext:
     """What a Spot knows about itself and how it reaches others: ``spot_id``, ``ref``,
-    ``route``, ``spots``, and ``close()`` for an Instance Spot."""
+    ``route``, ``spots``, ``timers``, ``workers``, and ``close()`` for an Instance Spot."""
 
     def __init__(self, node: LocalNode, activation: Activation) -> None:
         self._node = node
@@ -65,6 +67,18 @@ class SpotContext:
         """The Spot manager."""
         self._live()
         return SpotManager(self._node)
+
+    @property
+    def timers(self) -> SpotTimers:
+        """This activation's logical timers: ``start(name, interval, options=None)``,
+        ``stop(name)``."""
+        return self._live().timers
+
+    @property
+    def workers(self) -> Workers:
+        """CPU and I/O worker calls on the host's worker scheduler."""
+        self._live()
+        return Workers(self._node)
 
     async def close(self) -> None:
         """Close this Instance Spot with reason ``EXPLICIT_CLOSE``. Messages already admitted

@@ -1,4 +1,5 @@
-"""Handler decorators (specs/spots.md SPOT-62, SPOT-64; specs/registration.md REG-5.10).
+"""Handler decorators (specs/spots.md SPOT-62, SPOT-64; specs/registration.md REG-5.10;
+specs/timers.md TIMER-12).
 
 A decorator only marks the function; the Spot type's handler table is built and checked when
 a host starts (REG-5.1). What the decorator can see at once it refuses at once, with
@@ -14,9 +15,20 @@ from typing import Any, TypeVar
 
 import attrs
 
-__all__ = ["HandlerKind", "HandlerMark", "packet_handler", "request_handler"]
+__all__ = [
+    "HandlerKind",
+    "HandlerMark",
+    "mark_of",
+    "packet_handler",
+    "request_handler",
+    "timer_handler",
+    "timer_name_of",
+]
 
 _MARK = "__zlink_handler__"
+# Kept apart from _MARK: a timer handler has no message type, and a method carrying both marks
+# is a declaration error that freeze() reports (REG-5.11) rather than one mark hiding the other.
+_TIMER_MARK = "__zlink_timer_handler__"
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -91,3 +103,33 @@ def mark_of(value: object) -> HandlerMark | None:
     """The handler mark of ``value``, or ``None`` when it is not a handler."""
     mark = getattr(value, _MARK, None)
     return mark if isinstance(mark, HandlerMark) else None
+
+
+def timer_handler(name: str) -> Callable[[F], F]:
+    """Declare the decorated ``async def (self, tick: zl.TimerTick) -> None`` as the Spot's
+    handler of the ticks of the timer ``name`` (started with ``self.context.timers.start``)."""
+    if not isinstance(name, str):
+        raise TypeError(f"timer_handler takes a timer name (str), not {name!r}")
+    if not name:
+        raise ValueError("timer_handler needs a non-empty timer name")
+
+    def decorate(function: F) -> F:
+        checked: object = function  # checked apart: the TypeGuard would narrow F away
+        if not inspect.iscoroutinefunction(checked):
+            raise TypeError(f"a timer handler must be an async def, not {function!r}")
+        parameters = list(inspect.signature(function).parameters.values())
+        if len(parameters) != 2 or any(
+            p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty
+            for p in parameters
+        ):
+            raise TypeError(f"{function.__qualname__} must take (self, tick)")
+        setattr(function, _TIMER_MARK, name)
+        return function
+
+    return decorate
+
+
+def timer_name_of(value: object) -> str | None:
+    """The timer name ``value`` handles, or ``None`` when it is not a timer handler."""
+    name = getattr(value, _TIMER_MARK, None)
+    return name if isinstance(name, str) else None

@@ -16,7 +16,7 @@ Immediate shutdown runs once, in its own task in the host nursery, so a caller t
 waiting does not stop it (SHUT-4.10); every ``shutdown()`` call waits for that one run
 (SHUT-2.3). Its stages, in order (SHUT-4.5):
 
-1. seal admission: every new operation raises SHUTTING_DOWN (SHUT-4.6);
+1. seal admission: every new operation, worker calls included, raises SHUTTING_DOWN (SHUT-4.6);
 2. settle every call still in flight with SHUTTING_DOWN (SHUT-4.7), so a turn waiting for a reply
    ends instead of holding its gate until the closing deadline;
 3. close every activation with HOST_SHUTDOWN and one deadline, ``closing_timeout`` from now:
@@ -45,6 +45,8 @@ from zlink_trio._runtime.config import HostConfig
 from zlink_trio._runtime.node import LocalNode
 from zlink_trio._runtime.route import Route
 from zlink_trio._runtime.spots import SpotManager
+from zlink_trio._runtime.worker_calls import Workers
+from zlink_trio._runtime.workers import WorkerScheduler
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotCloseReason
 
 __all__ = ["Host", "open_host"]
@@ -53,8 +55,8 @@ _log = logging.getLogger("zlink_trio.runtime.host")
 
 
 class Host:
-    """A started host: ``route`` for sends and requests, ``spots`` for the Spot manager, and
-    ``shutdown()``. Made only by ``open_host``."""
+    """A started host: ``route`` for sends and requests, ``spots`` for the Spot manager,
+    ``workers`` for worker offload, and ``shutdown()``. Made only by ``open_host``."""
 
     def __init__(self, node: LocalNode, tree: _TaskTree) -> None:
         self._node = node
@@ -63,6 +65,8 @@ class Host:
         """Sends and requests to Spots."""
         self.spots = SpotManager(node)
         """Create, get-or-create and close User Spots."""
+        self.workers = Workers(node)
+        """CPU and I/O worker calls on this host's worker scheduler."""
 
     @property
     def mesh(self) -> MeshName:
@@ -132,6 +136,7 @@ class _TaskTree:
     async def _shut_down(self, node: LocalNode) -> None:
         try:
             node.admitting = False
+            node.workers.close()
             settled = node.dispatcher.settle_all(shutting_down())
             _log.debug("shutdown settled %d calls in flight", settled)
             deadline = trio.current_time() + node.config.closing_timeout
@@ -193,6 +198,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                 SpotAuthority(stores.location, config.mesh_name, node_rid, node_generation),
                 activations,
                 trio.lowlevel.current_trio_token(),
+                WorkerScheduler(config.cpu_worker_slots),
             )
             host = Host(node, tree)
             try:

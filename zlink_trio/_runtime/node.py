@@ -16,6 +16,7 @@ from zlink_trio._runtime.application import Registry
 from zlink_trio._runtime.authority import SpotAuthority
 from zlink_trio._runtime.completion import CompletionDispatcher, shutting_down
 from zlink_trio._runtime.config import HostConfig
+from zlink_trio._runtime.workers import WorkerScheduler
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId
 
@@ -26,7 +27,8 @@ __all__ = ["LocalNode"]
 
 
 class LocalNode:
-    """One host run: its identity, registry, call table, store authority and activations."""
+    """One host run: its identity, registry, call table, store authority, activations and
+    worker scheduler."""
 
     def __init__(
         self,
@@ -38,6 +40,7 @@ class LocalNode:
         authority: SpotAuthority,
         activation_nursery: trio.Nursery,
         token: trio.lowlevel.TrioToken,
+        workers: WorkerScheduler,
     ) -> None:
         self.config = config
         self.registry = registry
@@ -48,6 +51,8 @@ class LocalNode:
         self.authority = authority
         self.activation_nursery = activation_nursery
         self.token = token
+        self.workers = workers
+        """The host's one worker scheduler; closed when shutdown seals admission."""
         self.activations: dict[SpotId, Activation] = {}
         """Every local activation that can take messages or is closing, by id."""
         self.creating: dict[SpotId, trio.Event] = {}

@@ -37,7 +37,7 @@ logger = logging.getLogger("zlink_trio.timers")
 # Rule 3 (TIMER-24): the engine decides only between ticks. After ``on_tick`` returned or raised
 #   it reads the clock once and applies the policy to the ticks due at that instant (the
 #   backlog); it never calls ``on_tick`` while an earlier call is still running.
-# Rule 4: a chosen tick's ``skipped`` is ``chosen.sequence - cursor``: the cursor moves past
+# Rule 4: a chosen tick's ``skipped`` is ``chosen.number - cursor``: the cursor moves past
 #   dropped ticks only when the tick after them is chosen, so that difference is exactly the
 #   nominal ticks dropped since the previously delivered (or pending) one.
 # Rule 5 (TIMER-28): pending ticks were chosen before (by a snapshot on the source); they run
@@ -94,7 +94,9 @@ class TimerTick:
 
     name: str = attrs.field(validator=_check_name)
     """The timer's name, as it was started."""
-    sequence: int = attrs.field(validator=_check_count(1))
+    # Named ``number``, not ``sequence``: public values carry no field named like a queue
+    # sequence (ID-7.2), and this is the timer's own tick count, not a transport sequence.
+    number: int = attrs.field(validator=_check_count(1))
     """The nominal tick this delivery stands for: 1 for the first due time, then 2, 3, ..."""
     scheduled_at: float = attrs.field(validator=_check_time)
     """When that nominal tick fell due, on the Trio clock (``trio.current_time()``)."""
@@ -102,9 +104,9 @@ class TimerTick:
     """How many nominal ticks were dropped between the previously delivered tick and this one."""
 
     def __attrs_post_init__(self) -> None:
-        if self.skipped >= self.sequence:
-            # Only ticks 1..sequence-1 precede this one, so at most sequence-1 can be dropped.
-            raise ValueError(f"tick {self.sequence} cannot follow {self.skipped} skipped ticks")
+        if self.skipped >= self.number:
+            # Only ticks 1..number-1 precede this one, so at most number-1 can be dropped.
+            raise ValueError(f"tick {self.number} cannot follow {self.skipped} skipped ticks")
 
 
 @attrs.frozen
@@ -134,9 +136,9 @@ class TimerState:
         for tick in self.pending:
             if not isinstance(tick, TimerTick) or tick.name != self.name:
                 raise ValueError(f"pending holds {tick!r}, not a tick of timer {self.name!r}")
-            if tick.sequence <= floor:
+            if tick.number <= floor:
                 raise ValueError("pending ticks must come after last_sequence, in rising order")
-            floor = tick.sequence
+            floor = tick.number
         if self.next_sequence <= floor:
             raise ValueError("next_sequence must come after last_sequence and every pending tick")
 
@@ -245,7 +247,7 @@ class LogicalTimer:
         neither ``last_sequence`` nor pending.
         """
         if self._running is not None:
-            raise RuntimeError(f"timer {self._name!r} is running tick {self._running.sequence}")
+            raise RuntimeError(f"timer {self._name!r} is running tick {self._running.number}")
         now = trio.current_time() if now is None else _check_seconds("now", now)
         pending = list(self._pending)
         next_sequence = self._next_sequence
@@ -298,11 +300,11 @@ class LogicalTimer:
                 await on_tick(tick)
             except Exception:
                 logger.exception(
-                    "timer %r: tick %d raised; the timer keeps running", self._name, tick.sequence
+                    "timer %r: tick %d raised; the timer keeps running", self._name, tick.number
                 )
             finally:
                 self._running = None
-            self._last_sequence = tick.sequence
+            self._last_sequence = tick.number
             if self._options.overrun_policy is TimerOverrunPolicy.DELAY_NEXT_TICK:
                 # Fixed delay: measured from the end of this tick, not from its due time.
                 self._delay_due = trio.current_time() + self._interval
