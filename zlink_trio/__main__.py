@@ -30,8 +30,8 @@ _CAPABILITIES = (
     (
         "runtime",
         (
-            "one host: User and Instance Spots, gates, calls, completion, shutdown; "
-            "Actors, timers, workers and idle eviction still to come"
+            "one host: User and Instance Spots, gates, calls, completion, timers, workers, "
+            "idle eviction, shutdown; Actors and PER_ACTOR lanes still to come"
         ),
         "~",
     ),
