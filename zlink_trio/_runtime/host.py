@@ -37,6 +37,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from zlink_trio._exception_groups import sole_error
 from zlink_trio._integration.store import StoreConfig, Stores, open_stores
 from zlink_trio._runtime.application import Application
 from zlink_trio._runtime.authority import SpotAuthority
@@ -209,15 +210,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
     except BaseExceptionGroup as group:
         # The host nursery wraps what passes through it; a lone error leaves as itself, so
         # callers can branch on its type and kind.
-        lone = _lone_error(group)
+        lone = sole_error(group)
         if lone is None:
             raise
         raise lone from None
-
-
-def _lone_error(error: BaseException) -> BaseException | None:
-    while isinstance(error, BaseExceptionGroup):
-        if len(error.exceptions) != 1:
-            return None
-        error = error.exceptions[0]
-    return error

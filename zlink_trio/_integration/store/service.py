@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
+from zlink_trio._exception_groups import sole_error
 from zlink_trio._integration.store.bridge import Database, open_database
 from zlink_trio._integration.store.config import StoreConfig, chosen_dsn, default_data_dir
 from zlink_trio._integration.store.embedded import EmbeddedPostgres
@@ -58,18 +59,10 @@ async def open_stores(
     except BaseExceptionGroup as group:
         # The nurseries inside (ours and trio-asyncio's) wrap what they pass on; a caller
         # branches on the error itself, so a lone error leaves as itself.
-        lone = _lone_error(group)
+        lone = sole_error(group)
         if lone is None:
             raise
         raise lone from None
-
-
-def _lone_error(error: BaseException) -> BaseException | None:
-    while isinstance(error, BaseExceptionGroup):
-        if len(error.exceptions) != 1:
-            return None
-        error = error.exceptions[0]
-    return error
 
 
 @asynccontextmanager
