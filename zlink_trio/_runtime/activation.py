@@ -10,10 +10,15 @@ under the gate, records Ready in the store, serves the mailbox, runs ``on_closin
 releases the store record. Nothing of the Spot runs before ``on_initialize`` has returned or
 after ``on_closing`` has started (SPOT-43).
 Rule 2: admission is the mailbox. A message is admitted when it is in the mailbox (an unbounded
-memory channel); the gate task takes the gate for each message in mailbox order and starts its
-turn, which gives the gate back when it ends (gate.py Rule 2). A cold-activating Instance Spot
-takes messages from the moment it is registered, so the activating message is the first in its
-mailbox and is handled first, right after ``on_initialize`` (SPOT-26).
+memory channel); the gate task takes the gate for each message in mailbox order and runs its
+turn itself, giving the gate back when the turn ends (gate.py Rule 2), so a turn costs no task of
+its own. Only ``yield_()`` needs another task: a yielding turn gives the gate back while it
+waits, and the next messages must still be served meanwhile, so before giving it back the turn
+starts a new gate task, and its own task stops serving once the turn ends. One task serves the
+mailbox at any time and takes messages in order, so FIFO holds across the hand-over. A
+cold-activating Instance Spot takes messages from the moment it is registered, so the activating
+message is the first in its mailbox and is handled first, right after ``on_initialize``
+(SPOT-26).
 Rule 3: closing seals first. ``begin_close`` closes the mailbox's sending side, so nothing new is
 admitted; what was admitted still runs (explicit close) or is dropped (host shutdown, whose calls
 were already settled), turns still running at the closing deadline are cancelled, and then
@@ -37,6 +42,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -242,12 +248,32 @@ class Activation:
                 idle_timeout = self.node.config.instance_idle_timeout
                 if self.kind is SpotKind.INSTANCE and idle_timeout is not None:
                     turns.start_soon(self._evict_when_idle, idle_timeout)
-                async for envelope in self._receive:
-                    if self._drop_admitted:
-                        self._fail_one(envelope, _gone(self.spot_id))
-                        continue
+                await self._serve_mailbox(turns)
+
+    async def _serve_mailbox(self, turns: trio.Nursery) -> None:
+        """The gate task: run the turns of admitted messages in order until the mailbox is closed
+        and empty, or until a turn's ``yield_()`` hands serving to a new gate task (Rule 2)."""
+        handed_over = False
+
+        def hand_over() -> None:
+            nonlocal handed_over
+            handed_over = True
+            turns.start_soon(self._serve_mailbox, turns)
+
+        async for envelope in self._receive:
+            if self._drop_admitted:
+                self._fail_one(envelope, _gone(self.spot_id))
+                continue
+            # Receiving was this message's checkpoint; a free gate is taken without another one.
+            if not self.gate.try_acquire():
+                try:
                     await self.gate.acquire()
-                    turns.start_soon(self._turn, envelope)
+                except trio.Cancelled:
+                    self._fail_one(envelope, _gone(self.spot_id))
+                    raise
+            await self._turn(envelope, hand_over)
+            if handed_over:
+                return
 
     async def _evict_when_idle(self, idle_timeout: float) -> None:
         with self._idle_watch:
@@ -284,9 +310,10 @@ class Activation:
             leave_turn(token)
             self.gate.release()
 
-    async def _turn(self, envelope: Envelope) -> None:
+    async def _turn(self, envelope: Envelope, on_yield: Callable[[], None]) -> None:
+        """One message turn; the caller holds the gate, and the turn gives it back at its end."""
         handler = envelope.handler
-        token = enter_turn(Turn(self.gate))
+        token = enter_turn(Turn(self.gate, on_yield))
         self._turn_started()
         try:
             method = getattr(self._instance, handler.name)

@@ -16,7 +16,6 @@ submitting or touching a gate (SPOT-78). It gives the gate back while it waits (
 
 from __future__ import annotations
 
-import types
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -79,7 +78,7 @@ class _SingleUse:
         if turn is None:
             raise _invalid("yield_() is allowed only inside a SPOT_WIDE or Instance Spot turn")
         self._terminal()
-        return await turn.gate.wait_outside(run)
+        return await turn.wait_outside(run)
 
 
 class _Addressed(_SingleUse):
@@ -113,9 +112,6 @@ class _Addressed(_SingleUse):
         mesh = name if isinstance(name, MeshName) else MeshName(name)
         self._option("in_mesh")
         self._mesh = mesh
-
-    def _frozen_metadata(self) -> types.MappingProxyType[str, str]:
-        return types.MappingProxyType(dict(self._metadata))
 
 
 class SpotSendCall(_Addressed):
@@ -152,7 +148,7 @@ class SpotSendCall(_Addressed):
             self._node,
             self._spot_id,
             self._message,
-            self._frozen_metadata(),
+            self._metadata,
             self._instance,
             self._mesh,
         )
@@ -218,7 +214,7 @@ class SpotRequestCall(_Addressed, Generic[R]):
             self._spot_id,
             self._message,
             self._reply_type,
-            self._frozen_metadata(),
+            self._metadata,
             self._instance,
             self._mesh,
             self._timeout,

@@ -138,13 +138,13 @@ class CompletionDispatcher:
         task_status.started()
         try:
             async with self._receive:
+                # Every receive is a checkpoint, even when a completion is already queued, so a
+                # long queue cannot starve the loop without a checkpoint of the lane's own.
                 async for callback in self._receive:
                     try:
                         callback()
                     except Exception:
                         _log.exception("a completion callback raised; the lane goes on")
-                    # One checkpoint per completion keeps a long queue from starving the loop.
-                    await trio.lowlevel.checkpoint()
         finally:
             self._drained.set()
 

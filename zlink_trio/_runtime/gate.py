@@ -7,8 +7,10 @@ Rule 2: first come, first served. The gate is a ``trio.Semaphore(1)``, whose wai
 in the order they arrived; the Spot's gate task takes the gate for messages in mailbox order, so
 turns start in the order their messages were admitted (FIFO per sender and overall).
 Rule 3: only ``yield_()`` gives the gate back inside a turn, and it takes the same gate again
-before the code after it runs (SPOT-70). The gate has no owner task, because a turn is started by
-the gate task but ends in its own task.
+before the code after it runs (SPOT-70). The gate has no owner task: a message turn runs inside
+the Spot's gate task, and a turn that yields goes on holding the gate in that task while another
+task takes over serving the mailbox (activation.py Rule 2). A turn may carry an ``on_yield`` hook
+for that hand-over; it runs once, before the gate is given back.
 Rule 4: the running turn is known through a context variable, so a call can tell whether it is
 made inside a Spot turn (``yield_``) or inside any Trio task at all (``submit_sync``). A child
 task inherits the variable but not the gate, so a turn counts only in the task that runs it.
@@ -42,6 +44,15 @@ class ExecutionGate:
         """Wait for the gate, behind everyone who asked earlier."""
         await self._permit.acquire()
 
+    def try_acquire(self) -> bool:
+        """Take the gate without a checkpoint if it is free; ``False`` if it is held. A free
+        semaphore never has waiters, so this never jumps the queue (Rule 2)."""
+        try:
+            self._permit.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        return True
+
     def release(self) -> None:
         """Give the gate to the next waiter."""
         self._permit.release()
@@ -58,13 +69,22 @@ class ExecutionGate:
 
 
 class Turn:
-    """The turn a task is running: which gate it holds, and the task that holds it."""
+    """The turn a task is running: which gate it holds, the task that holds it, and what must
+    happen before the turn first gives its gate back (Rule 3)."""
 
-    __slots__ = ("gate", "task")
+    __slots__ = ("gate", "on_yield", "task")
 
-    def __init__(self, gate: ExecutionGate) -> None:
+    def __init__(self, gate: ExecutionGate, on_yield: Callable[[], None] | None = None) -> None:
         self.gate = gate
         self.task = trio.lowlevel.current_task()
+        self.on_yield = on_yield
+
+    async def wait_outside(self, work: Callable[[], Awaitable[T]]) -> T:
+        """``ExecutionGate.wait_outside`` for this turn, running its ``on_yield`` hook first."""
+        hook, self.on_yield = self.on_yield, None
+        if hook is not None:
+            hook()
+        return await self.gate.wait_outside(work)
 
 
 _current: contextvars.ContextVar[Turn | None] = contextvars.ContextVar(

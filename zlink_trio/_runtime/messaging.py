@@ -70,21 +70,23 @@ async def request(
     node.check_admitting()
     node.check_mesh(mesh)
     deadline = trio.current_time() + time_limit
-    entry: PendingCall | None = None
-    with trio.move_on_at(deadline):
-        activation, handler = await _resolve(
-            node, spot_id, type(message), HandlerKind.REQUEST, instance
-        )
-        entry = node.dispatcher.register()
-        try:
-            activation.admit(
-                Envelope(message, handler, MessageContext(spot_id, metadata), entry.route)
-            )
-        except BaseException:
-            node.dispatcher.pop(entry.route)
-            raise
-    if entry is None:
-        raise _deadline(spot_id)
+    found = _resolve_now(node, spot_id, type(message), HandlerKind.REQUEST, instance)
+    if isinstance(found, Activation):
+        # Only waiting for a closing incarnation takes time before admission, so only that wait
+        # needs a scope of its own to spend from the deadline.
+        resolved: tuple[Activation, Handler] | None = None
+        with trio.move_on_at(deadline):
+            resolved = await _resolve(node, spot_id, type(message), HandlerKind.REQUEST, instance)
+        if resolved is None:
+            raise _deadline(spot_id)
+        found = resolved
+    activation, handler = found
+    entry = node.dispatcher.register()
+    try:
+        activation.admit(Envelope(message, handler, MessageContext(spot_id, metadata), entry.route))
+    except BaseException:
+        node.dispatcher.pop(entry.route)
+        raise
     # Outside the scope above: only _settle's own scope may turn the deadline into a result,
     # after the pop race, so a reply that won the slot is never reported as a timeout.
     reply = await _settle(node, entry, deadline)
@@ -159,30 +161,43 @@ async def _resolve(
     instance: InstanceChoice | None,
 ) -> tuple[Activation, Handler]:
     while True:
-        node.check_admitting()
-        current = node.activations.get(spot_id)
-        if current is not None:
-            if instance is not None and (
-                current.kind is not SpotKind.INSTANCE
-                or (instance.type_name is not None and current.spot_type.name != instance.type_name)
-            ):
-                raise ZLinkError(
-                    ErrorKind.TYPE_MISMATCH,
-                    f"{spot_id} is a {current.kind.name} Spot of type {current.spot_type.name}",
-                )
-            if current.accepting:
-                return current, _handler_of(current.spot_type, message_type, kind)
-            if instance is None:
-                raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {spot_id} is closing")
-            # A closing incarnation still holds the id: activate the next one after it.
-            await current.closed.wait()
-            continue
+        found = _resolve_now(node, spot_id, message_type, kind, instance)
+        if not isinstance(found, Activation):
+            return found
+        await found.closed.wait()
+
+
+def _resolve_now(
+    node: LocalNode,
+    spot_id: SpotId,
+    message_type: type,
+    kind: HandlerKind,
+    instance: InstanceChoice | None,
+) -> tuple[Activation, Handler] | Activation:
+    """The target and its handler, or the closing incarnation to wait for before looking again."""
+    node.check_admitting()
+    current = node.activations.get(spot_id)
+    if current is not None:
+        if instance is not None and (
+            current.kind is not SpotKind.INSTANCE
+            or (instance.type_name is not None and current.spot_type.name != instance.type_name)
+        ):
+            raise ZLinkError(
+                ErrorKind.TYPE_MISMATCH,
+                f"{spot_id} is a {current.kind.name} Spot of type {current.spot_type.name}",
+            )
+        if current.accepting:
+            return current, _handler_of(current.spot_type, message_type, kind)
         if instance is None:
-            raise ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {spot_id}")
-        spot_type = _instance_type(node, instance)
-        handler = _handler_of(spot_type, message_type, kind)
-        activation = Activation(node, spot_type, spot_id, None)
-        # Registered before any checkpoint, so the caller's message is the first admitted.
-        node.activations[spot_id] = activation
-        node.activation_nursery.start_soon(activation.run_cold)
-        return activation, handler
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {spot_id} is closing")
+        # A closing incarnation still holds the id: activate the next one after it.
+        return current
+    if instance is None:
+        raise ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {spot_id}")
+    spot_type = _instance_type(node, instance)
+    handler = _handler_of(spot_type, message_type, kind)
+    activation = Activation(node, spot_type, spot_id, None)
+    # Registered before any checkpoint, so the caller's message is the first admitted.
+    node.activations[spot_id] = activation
+    node.activation_nursery.start_soon(activation.run_cold)
+    return activation, handler

@@ -67,8 +67,13 @@ class InstanceSpot(_SpotBase):
     with ``instance_spot(...)``; it closes itself with ``self.context.close()``."""
 
 
+_NO_METADATA: Mapping[str, str] = types.MappingProxyType({})
+
+
 def _frozen_metadata(value: Mapping[str, str]) -> Mapping[str, str]:
-    return types.MappingProxyType(dict(value))
+    # A read-only copy, so the sender's mapping may change afterwards; most messages carry no
+    # metadata, and they all share one empty view instead of a copy each.
+    return types.MappingProxyType(dict(value)) if value else _NO_METADATA
 
 
 @attrs.frozen
