@@ -4,17 +4,35 @@ This module is the public contract: every public name is re-exported here and li
 ``__all__``; everything else lives in ``_``-packages and may change without notice.
 """
 
+from zlink_trio._runtime.actor import (
+    Actor,
+    ActorCreateResult,
+    ActorCreateStatus,
+    ActorJoinCompletion,
+    ActorJoinOutcome,
+)
+from zlink_trio._runtime.actor_context import ActorContext, ActorJoinCall
+from zlink_trio._runtime.actors import ActorCreateCall, ActorManager
 from zlink_trio._runtime.application import Application
-from zlink_trio._runtime.calls import SpotCreateCall, SpotRequestCall, SpotSendCall
+from zlink_trio._runtime.calls import (
+    ActorRequestCall,
+    ActorSendCall,
+    SpotCreateCall,
+    SpotRequestCall,
+    SpotSendCall,
+)
 from zlink_trio._runtime.config import HostConfig
 from zlink_trio._runtime.context import SpotContext
 from zlink_trio._runtime.handlers import packet_handler, request_handler, timer_handler
 from zlink_trio._runtime.host import Host, open_host
 from zlink_trio._runtime.route import Route
 from zlink_trio._runtime.spot import (
+    ActorCreateResponse,
+    EntrySpot,
     InstanceSpot,
     MessageContext,
     Spot,
+    SpotActorJoinResult,
     SpotClosingContext,
     SpotCreateResponse,
     SpotCreateResult,
@@ -28,6 +46,7 @@ from zlink_trio._version import __version__
 from zlink_trio.errors import ConfigurationError, ErrorKind, ZLinkError
 from zlink_trio.ids import (
     ActorId,
+    ActorRef,
     ChannelName,
     MeshName,
     NodeGeneration,
@@ -47,10 +66,24 @@ from zlink_trio.options import (
 )
 
 __all__ = [
+    "Actor",
+    "ActorContext",
+    "ActorCreateCall",
+    "ActorCreateResponse",
+    "ActorCreateResult",
+    "ActorCreateStatus",
     "ActorId",
+    "ActorJoinCall",
+    "ActorJoinCompletion",
+    "ActorJoinOutcome",
+    "ActorManager",
+    "ActorRef",
+    "ActorRequestCall",
+    "ActorSendCall",
     "Application",
     "ChannelName",
     "ConfigurationError",
+    "EntrySpot",
     "ErrorKind",
     "Host",
     "HostConfig",
@@ -63,6 +96,7 @@ __all__ = [
     "RelocationCoordinationMode",
     "Route",
     "Spot",
+    "SpotActorJoinResult",
     "SpotCloseReason",
     "SpotClosingContext",
     "SpotContext",

@@ -19,6 +19,7 @@ import attrs
 
 __all__ = [
     "ActorId",
+    "ActorRef",
     "ChannelName",
     "MeshName",
     "NodeGeneration",
@@ -224,6 +225,45 @@ class SpotRef:
             raise ValueError(f"SpotRef JSON form needs exactly the keys {sorted(expected)}")
         return cls(
             SpotId(data["spot_id"]),
+            ObjectGeneration.from_json(data["object_generation"]),
+            MeshName(data["mesh_name"]),
+            NodeRid(data["node_rid"]),
+        )
+
+
+def _actor_id(value: ActorId | str) -> ActorId:
+    return value if isinstance(value, ActorId) else ActorId(value)
+
+
+@attrs.frozen
+class ActorRef:
+    """An immutable snapshot of where one Actor incarnation lives: used to destroy exactly it,
+    never as a message target (Actors are addressed by ``ActorId``)."""
+
+    actor_id: ActorId = attrs.field(converter=_actor_id)
+    object_generation: ObjectGeneration = attrs.field(converter=_object_generation)
+    mesh_name: MeshName = attrs.field(converter=_mesh_name)
+    node_rid: NodeRid = attrs.field(converter=_node_rid)
+
+    def to_json(self) -> dict[str, str]:
+        """A JSON-ready dict; the generation is a decimal string."""
+        return {
+            "actor_id": self.actor_id.value,
+            "object_generation": self.object_generation.to_json(),
+            "mesh_name": self.mesh_name.value,
+            "node_rid": self.node_rid.value,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> ActorRef:
+        """Read the form :meth:`to_json` writes; anything else raises ValueError/TypeError."""
+        if not isinstance(data, dict):
+            raise TypeError(f"ActorRef JSON form is an object, not {type(data).__name__}")
+        expected = {"actor_id", "object_generation", "mesh_name", "node_rid"}
+        if set(data) != expected:
+            raise ValueError(f"ActorRef JSON form needs exactly the keys {sorted(expected)}")
+        return cls(
+            ActorId(data["actor_id"]),
             ObjectGeneration.from_json(data["object_generation"]),
             MeshName(data["mesh_name"]),
             NodeRid(data["node_rid"]),

@@ -1,6 +1,6 @@
 """A hypothesis stateful model of one host: creates, sends, requests, timeouts, caller
-cancellation, close and shutdown in random order (specs/completion.md, specs/spots.md,
-specs/shutdown.md, specs/identifiers.md).
+cancellation, Actors joining and leaving, close and shutdown in random order (specs/completion.md,
+specs/spots.md, specs/actors.md, specs/shutdown.md, specs/identifiers.md).
 
 The model drives a Trio loop that runs in a helper thread (DESIGN §3: hypothesis-trio does not
 work with current hypothesis): every rule calls ``trio.from_thread.run(afn, trio_token=...)``.
@@ -44,6 +44,7 @@ STEPS = int(os.environ.get("ZLINK_MODEL_STEPS", "10"))
 WAIT = 20.0
 """Upper bound of any wait on an event inside the loop; reaching it is a failure, not a pause."""
 SPOT_IDS = ("a", "b", "c")
+ACTOR_NAMES = ("x", "y")
 LONG = 30.0
 """A request timeout no example reaches: such a request ends by reply, cancellation or shutdown."""
 
@@ -75,6 +76,13 @@ class Answer:
     call: int
 
 
+@app.message("model.Move")
+@attrs.frozen
+class Move:
+    spot_id: str | None
+    """``None``: back to the Entry Spot."""
+
+
 class World:
     """What handlers observe, reset for each example; handlers record, the model asserts."""
 
@@ -84,6 +92,12 @@ class World:
         self.holds: dict[int, trio.Event] = {}
         self.violations: list[str] = []
         self.shut_down = False
+        self.generation_of: dict[str, int] = {}
+        """Spot id -> generation of its live incarnation, for Actor turns to count against."""
+        self.actor_handled: dict[str, list[tuple[str, int]]] = {}
+        self.joins: dict[str, list[tuple[str, str]]] = {}
+        """Actor id -> (outcome, error kind or "") of each join, in order."""
+        self.join_done: dict[str, trio.Event] = {}
 
 
 world = World()
@@ -109,7 +123,18 @@ class Room(zl.Spot):
     def _leave(self, key: tuple[str, int]) -> None:
         world.in_turn[key] -= 1
 
+    async def on_actor_join(
+        self, actor_id: zl.ActorId, request: object | None
+    ) -> zl.SpotActorJoinResult:
+        key = self._enter("on_actor_join")
+        try:
+            await trio.lowlevel.checkpoint()
+            return zl.SpotActorJoinResult.accept()
+        finally:
+            self._leave(key)
+
     async def on_create(self, request: object | None) -> zl.SpotCreateResponse:
+        world.generation_of[self.context.spot_id.value] = self._key()[1]
         key = self._enter("on_create")
         try:
             await trio.lowlevel.checkpoint()
@@ -150,6 +175,48 @@ class Room(zl.Spot):
             return Answer(req.call)
         finally:
             self._leave(key)
+
+
+@app.actor("model.Member")
+class Member(zl.Actor):
+    """An Actor whose turns in a SPOT_WIDE Room count against that Room's turns."""
+
+    def _enter(self, spot_id: str) -> tuple[str, int] | None:
+        generation = world.generation_of.get(spot_id)
+        if generation is None:
+            return None  # in the Entry Spot: its own lane
+        key = (spot_id, generation)
+        world.in_turn[key] = world.in_turn.get(key, 0) + 1
+        if world.in_turn[key] > 1:
+            world.violations.append(f"Actor turn on {key}: {world.in_turn[key]} turns at once")
+        return key
+
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note, ctx: zl.MessageContext) -> None:
+        if world.shut_down:
+            world.violations.append("an Actor turn started after shutdown returned")
+        key = self._enter(ctx.spot_id.value)
+        try:
+            await trio.lowlevel.checkpoint()
+            world.actor_handled.setdefault(self.context.actor_id.value, []).append(
+                (msg.sender, msg.seq)
+            )
+        finally:
+            if key is not None:
+                world.in_turn[key] -= 1
+
+    @zl.packet_handler(Move)
+    async def move(self, msg: Move) -> None:
+        if msg.spot_id is None:
+            self.context.join_entry_spot().defer()
+        else:
+            self.context.join_spot(msg.spot_id).defer()
+
+    async def on_join_completed(self, completion: zl.ActorJoinCompletion) -> None:
+        name = self.context.actor_id.value
+        kind = "" if completion.error is None else completion.error.kind.name
+        world.joins.setdefault(name, []).append((completion.outcome.name, kind))
+        world.join_done[name].set()
 
 
 class Loop:
@@ -250,6 +317,10 @@ class HostModel(RuleBasedStateMachine):
         self.generations: dict[str, int] = {}
         self.closed: dict[str, zl.SpotRef] = {}
         self.sequence = 0
+        self.actor_prefix = uuid.uuid4().hex[:10]
+        self.actors: dict[str, str | None] = {}
+        """Model actor name -> the Spot id it is a member of (``None``: the Entry Spot)."""
+        self.actor_sent: dict[str, dict[str, list[int]]] = {}
         self.exit = trio.Event()
         self.host: zl.Host = self.loop.run(self._open)
 
@@ -491,9 +562,14 @@ class HostModel(RuleBasedStateMachine):
         """close(ref) after the model released the Spot's held turns: every message admitted
         before it was handled, in send order, and the id is free again."""
         spot_id = data.draw(st.sampled_from(self._live_ids()))
+        if spot_id in self.actors.values():
+            # Members keep it open: close() is False and the Spot keeps running (SPOT-37).
+            assert self.loop.run(self.host.spots.close, self.live[spot_id].ref) is False
+            return
         live = self.live.pop(spot_id)
         self._release(live.holds)
         assert self.loop.run(self.host.spots.close, live.ref) is True
+        world.generation_of.pop(spot_id, None)
         self.closed[spot_id] = live.ref
         live.check_order(complete=True)
 
@@ -523,6 +599,80 @@ class HostModel(RuleBasedStateMachine):
         assert zl.ErrorKind.INVALID_OPERATION == caught.value.kind
         self.get_or_create(spot_id)  # still there: EXISTING with the same ref
 
+    # -- Actors ---------------------------------------------------------------------------------
+
+    def _actor_id(self, name: str) -> str:
+        # Actor ids are global in the store: every example uses ids of its own.
+        return f"{self.actor_prefix}-{name}"
+
+    @rule(name=st.sampled_from(ACTOR_NAMES))
+    def get_or_create_actor(self, name: str) -> None:
+        call = self.host.actors.get_or_create(self._actor_id(name), "model.Member")
+        result = self.loop.run(call.submit)
+        expected = (
+            zl.ActorCreateStatus.EXISTING if name in self.actors else (zl.ActorCreateStatus.CREATED)
+        )
+        assert expected == result.status
+        self.actors.setdefault(name, None)
+
+    @precondition(lambda self: bool(self.actors))
+    @rule(data=st.data(), sender=st.sampled_from(("s1", "s2")), count=st.integers(1, 3))
+    def send_to_actor(self, data: st.DataObject, sender: str, count: int) -> None:
+        name = data.draw(st.sampled_from(sorted(self.actors)))
+        for _ in range(count):
+            seq = self._next()
+            call = self.host.route.send_to_actor(self._actor_id(name), Note(sender, seq))
+            assert self.loop.run(call.submit) is None
+            self.actor_sent.setdefault(name, {}).setdefault(sender, []).append(seq)
+
+    def _move(self, name: str, spot_id: str | None) -> tuple[str, str]:
+        actor_id = self._actor_id(name)
+
+        async def move() -> tuple[str, str]:
+            done = world.join_done[actor_id] = trio.Event()
+            await self.host.route.send_to_actor(actor_id, Move(spot_id)).submit()
+            with trio.fail_after(WAIT):
+                await done.wait()
+            return world.joins[actor_id][-1]
+
+        result: tuple[str, str] = self.loop.run(move)
+        return result
+
+    @precondition(lambda self: bool(self.actors))
+    @rule(data=st.data())
+    def join(self, data: st.DataObject) -> None:
+        """An Actor joins a Spot with no held turn: ACCEPTED if the Spot is live (a member of
+        it afterwards), FAILED / NOT_FOUND if it is not."""
+        name = data.draw(st.sampled_from(sorted(self.actors)))
+        free = [s for s in self._known() if s not in self.live or not self.live[s].holds]
+        if not free:
+            return
+        spot_id = data.draw(st.sampled_from(free))
+        outcome = self._move(name, spot_id)
+        if spot_id in self.live:
+            assert ("ACCEPTED", "") == outcome
+            self.actors[name] = spot_id
+        else:
+            assert ("FAILED", "NOT_FOUND") == outcome
+
+    @precondition(lambda self: any(spot is not None for spot in self.actors.values()))
+    @rule(data=st.data())
+    def leave(self, data: st.DataObject) -> None:
+        """A member goes back to the Entry Spot (once its Spot's held turns are released)."""
+        name = data.draw(st.sampled_from(sorted(n for n, s in self.actors.items() if s)))
+        spot_id = self.actors[name]
+        assert spot_id is not None
+        self._release(self.live[spot_id].holds)
+        assert ("ACCEPTED", "") == self._move(name, None)
+        self.actors[name] = None
+
+    def _check_actor_order(self, complete: bool) -> None:
+        for name, sent in self.actor_sent.items():
+            handled = world.actor_handled.get(self._actor_id(name), [])
+            for sender, seqs in sent.items():
+                got = [seq for who, seq in handled if who == sender]
+                assert got == (seqs if complete else seqs[: len(got)]), (name, sender, got)
+
     # -- invariants ----------------------------------------------------------------------------
 
     @invariant()
@@ -538,6 +688,7 @@ class HostModel(RuleBasedStateMachine):
     def messages_are_handled_in_send_order(self) -> None:
         for live in self.live.values():
             live.check_order(complete=False)
+        self._check_actor_order(complete=False)
 
     def _wait(self, call: Call) -> None:
         async def wait() -> None:
@@ -578,6 +729,7 @@ class HostModel(RuleBasedStateMachine):
         assert all(0 == count for count in world.in_turn.values()), world.in_turn
         for live in self.live.values():
             live.check_order(complete=False)
+        self._check_actor_order(complete=False)
 
 
 @pytest.mark.spec(
@@ -593,6 +745,9 @@ class HostModel(RuleBasedStateMachine):
     "SPOT-39",
     "SPOT-68",
     "SPOT-89",
+    "SPOT-73",
+    "SPOT-67",
+    "ACT-20",
 )
 def test_random_operations_on_one_host_keep_the_completion_and_gate_invariants(
     store_dsn: str,

@@ -30,6 +30,14 @@ before anything else (spot_timers.py Rule 3).
 Rule 4: a timer tick is a turn. ``run_tick`` takes the gate like a message turn and runs the tick
 handler only while the activation is Ready; the timer tasks live in the turns nursery, so the
 closing deadline cuts a running tick like any turn (TIMER-9, TIMER-14).
+Rule 6: Actor membership and lanes. A User Spot or the Entry Spot keeps its member Actors in
+``members``; Actor control work (``on_actor_join``, ``on_joined_actor``, ``on_leave_actor``,
+``on_disconnect_actor``, ``on_create_actor``) runs as a ``control_turn`` under the Spot's gate, so
+it never overlaps the Spot's other turns. In a SPOT_WIDE User Spot the member Actors' turns take
+that same gate (``shared_gate``); in the Entry Spot and in a PER_ACTOR User Spot each Actor runs
+on its own lane and the gate is only the Spot's direct and lifecycle lane, and in a PER_ACTOR Spot
+each timer ticks on its own lane too (SPOT-71, TIMER-34). Only turns on a shared gate, those of
+a SPOT_WIDE User Spot or an Instance Spot, may ``yield_()`` (gate.py Rule 5).
 Rule 5: idle eviction. With ``instance_idle_timeout`` set, an Instance Spot's turns nursery also
 runs a watcher that starts an ``IDLE_EVICTED`` close once no turn (message or tick) has run or
 held the gate for that long (SPOT-50). The close drains like an explicit one, so a message
@@ -42,25 +50,27 @@ from __future__ import annotations
 import enum
 import logging
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-import attrs
 import trio
 
-from zlink_trio._runtime.application import Handler, SpotType
+from zlink_trio._runtime.application import SpotType
 from zlink_trio._runtime.authority import Claim, Held
-from zlink_trio._runtime.completion import Outcome, shutting_down
+from zlink_trio._runtime.completion import shutting_down
 from zlink_trio._runtime.gate import ExecutionGate, Turn, enter_turn, leave_turn
+from zlink_trio._runtime.mailbox import Envelope, Mailbox, fail_one, reply
 from zlink_trio._runtime.node import LocalNode
-from zlink_trio._runtime.spot import MessageContext, SpotClosingContext, SpotCreateResponse
+from zlink_trio._runtime.spot import SpotClosingContext, SpotCreateResponse
 from zlink_trio._runtime.spot_timers import SpotTimers
 from zlink_trio._runtime.timers import TimerTick
-from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ObjectGeneration, SpotCloseReason, SpotId, SpotKind, SpotRef
+from zlink_trio.options import SpotFactoryMode
 
 __all__ = ["Activation", "ActivationState", "Envelope"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger("zlink_trio.runtime.activation")
 
@@ -72,16 +82,6 @@ class ActivationState(enum.Enum):
     READY = "ready"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-@attrs.frozen
-class Envelope:
-    """One admitted message and where its reply goes (``None`` for a one-way message)."""
-
-    message: object
-    handler: Handler
-    context: MessageContext
-    reply_route: ReplyRouteId | None
 
 
 class Activation:
@@ -96,7 +96,17 @@ class Activation:
         self._claim = claim
         self.state = ActivationState.ACTIVATING
         self.gate = ExecutionGate()
-        self._send, self._receive = trio.open_memory_channel[Envelope](math.inf)
+        self.mailbox = Mailbox(node.config.mailbox_limit)
+        spot_wide = spot_type.mode is SpotFactoryMode.SPOT_WIDE
+        shared = spot_type.kind is SpotKind.INSTANCE or (
+            spot_type.kind is SpotKind.USER and spot_wide
+        )
+        self.shared_gate: ExecutionGate | None = self.gate if shared else None
+        """The gate member Actors share and turns may yield (Rule 6); ``None`` if lanes."""
+        self.timer_gate: ExecutionGate | None = self.gate if spot_wide else None
+        """The gate timer ticks take; ``None`` in a PER_ACTOR Spot, whose timers have lanes."""
+        self.members: set[Any] = set()
+        """The Actor activations that are members of this Spot (Rule 6)."""
         self._starting = trio.CancelScope()
         self._turns = trio.CancelScope()
         self._closing = SpotClosingContext(SpotCloseReason.HOST_SHUTDOWN, math.inf)
@@ -133,11 +143,33 @@ class Activation:
         """Whether the mailbox still admits messages."""
         return self.state in (ActivationState.ACTIVATING, ActivationState.READY)
 
-    def admit(self, envelope: Envelope) -> None:
-        """Put ``envelope`` in the mailbox: the local admission boundary (CMP-4.4)."""
+    def offer(self, envelope: Envelope) -> None:
+        """Put ``envelope`` in the mailbox now: the local admission boundary (CMP-4.4);
+        ``CAPACITY_EXCEEDED`` when it is full (mailbox.py Rule 1)."""
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
-        self._send.send_nowait(envelope)
+        self.mailbox.offer(envelope, f"Spot {self.spot_id}")
+
+    async def put(self, envelope: Envelope) -> None:
+        """Put ``envelope`` in the mailbox, waiting for room while it is full."""
+        if not self.accepting:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
+        await self.mailbox.put(envelope, f"Spot {self.spot_id}")
+
+    async def control_turn(self, callback: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``callback(instance)`` as a turn of this Spot's direct and lifecycle lane: Actor
+        control work (Rule 6). Raises ``NOT_FOUND`` once the Spot has no instance any more."""
+        await self.gate.acquire()
+        token = enter_turn(Turn(self.shared_gate))
+        self._turn_started()
+        try:
+            if self._instance is None or self.state is ActivationState.CLOSED:
+                raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} has closed")
+            return await callback(self._instance)
+        finally:
+            self._turn_ended()
+            leave_turn(token)
+            self.gate.release()
 
     def begin_close(self, reason: SpotCloseReason, deadline: float, *, drain: bool) -> bool:
         """Seal the mailbox and start closing (Rule 3); ``False`` if closing had begun."""
@@ -146,7 +178,7 @@ class Activation:
         self.state = ActivationState.CLOSING
         self._closing = SpotClosingContext(reason, deadline)
         self._drop_admitted = not drain
-        self._send.close()
+        self.mailbox.close()
         self.timers.stop_all()
         self._idle_watch.cancel()
         # Lifecycle work still running at the closing deadline is cancelled (SPOT-47).
@@ -212,7 +244,7 @@ class Activation:
         cls: Any = self.spot_type.cls
         response = SpotCreateResponse.accept()
         await self.gate.acquire()
-        token = enter_turn(Turn(self.gate))
+        token = enter_turn(Turn(self.shared_gate))
         try:
             try:
                 instance = cls.__new__(cls)
@@ -260,17 +292,22 @@ class Activation:
             handed_over = True
             turns.start_soon(self._serve_mailbox, turns)
 
-        async for envelope in self._receive:
-            if self._drop_admitted:
-                self._fail_one(envelope, _gone(self.spot_id))
-                continue
-            # Receiving was this message's checkpoint; a free gate is taken without another one.
-            if not self.gate.try_acquire():
-                try:
-                    await self.gate.acquire()
-                except trio.Cancelled:
+        permits = self.node.jobs
+        async for envelope in self.mailbox.receive:
+            try:
+                if self._drop_admitted:
                     self._fail_one(envelope, _gone(self.spot_id))
-                    raise
+                    continue
+                # Receiving was this message's checkpoint; a free gate is taken without another.
+                if not self.gate.try_acquire():
+                    try:
+                        await self.gate.acquire()
+                    except trio.Cancelled:
+                        self._fail_one(envelope, _gone(self.spot_id))
+                        raise
+            finally:
+                # The job leaves the queue: dropped, failed, or about to start (mailbox.py Rule 2).
+                permits.release()
             await self._turn(envelope, hand_over)
             if handed_over:
                 return
@@ -297,9 +334,12 @@ class Activation:
         self._idle_since = trio.current_time()
 
     async def run_tick(self, method: str, tick: TimerTick) -> None:
-        """The engine's ``on_tick``: run one tick as a turn under the gate (Rule 4)."""
-        await self.gate.acquire()
-        token = enter_turn(Turn(self.gate))
+        """The engine's ``on_tick``: run one tick as a turn under the gate, or on the timer's own
+        lane in a PER_ACTOR Spot (Rules 4 and 6)."""
+        gate = self.timer_gate
+        if gate is not None:
+            await gate.acquire()
+        token = enter_turn(Turn(self.shared_gate))
         self._turn_started()
         try:
             # A tick that got the gate after closing began does not start (TIMER-14, SPOT-43).
@@ -308,12 +348,13 @@ class Activation:
         finally:
             self._turn_ended()
             leave_turn(token)
-            self.gate.release()
+            if gate is not None:
+                gate.release()
 
     async def _turn(self, envelope: Envelope, on_yield: Callable[[], None]) -> None:
         """One message turn; the caller holds the gate, and the turn gives it back at its end."""
         handler = envelope.handler
-        token = enter_turn(Turn(self.gate, on_yield))
+        token = enter_turn(Turn(self.shared_gate, on_yield))
         self._turn_started()
         try:
             method = getattr(self._instance, handler.name)
@@ -333,34 +374,21 @@ class Activation:
                 self._fail_one(envelope, _gone(self.spot_id))
                 raise
             if envelope.reply_route is not None:
-                self._reply(envelope.reply_route, handler, result)
+                reply(
+                    self.node.dispatcher,
+                    envelope.reply_route,
+                    handler,
+                    result,
+                    f"Spot {self.spot_id}",
+                )
         finally:
             self._turn_ended()
             leave_turn(token)
             self.gate.release()
 
-    def _reply(self, route: ReplyRouteId, handler: Handler, result: object) -> None:
-        entry = self.node.dispatcher.pop(route)
-        if entry is None:
-            # Its caller stopped waiting (timeout, cancellation, shutdown): discard (CMP-9.3).
-            _log.debug("late reply of %s discarded", self.spot_id)
-            return
-        if isinstance(result, ZLinkError):
-            outcome = Outcome(error=result)
-        elif handler.reply_type is not None and isinstance(result, handler.reply_type):
-            outcome = Outcome(value=result)
-        else:
-            outcome = Outcome(
-                error=_internal(
-                    f"request handler {handler.name} returned {type(result).__qualname__}, "
-                    "not its declared reply class"
-                )
-            )
-        self.node.dispatcher.deliver(entry, outcome)
-
     async def _run_on_closing(self) -> None:
         await self.gate.acquire()
-        token = enter_turn(Turn(self.gate))
+        token = enter_turn(Turn(self.shared_gate))
         try:
             with trio.move_on_at(self._closing.deadline):
                 await self._instance.on_closing(self._closing)
@@ -373,7 +401,7 @@ class Activation:
     async def _finish(self) -> None:
         self.state = ActivationState.CLOSED
         self.node.live.discard(self)
-        self._send.close()
+        self.mailbox.close()
         self._fail_admitted(self._failure or _gone(self.spot_id))
         if self._claim is not None:
             try:
@@ -390,19 +418,12 @@ class Activation:
         self.closed.set()
 
     def _fail_admitted(self, error: ZLinkError) -> None:
-        while True:
-            try:
-                envelope = self._receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
+        for envelope in self.mailbox.take_all():
+            self.node.jobs.release()
             self._fail_one(envelope, error)
 
     def _fail_one(self, envelope: Envelope, error: ZLinkError) -> None:
-        if envelope.reply_route is None:
-            return
-        entry = self.node.dispatcher.pop(envelope.reply_route)
-        if entry is not None:
-            self.node.dispatcher.deliver(entry, Outcome(error=error))
+        fail_one(self.node.dispatcher, envelope, error)
 
 
 def _internal(message: str) -> ZLinkError:

@@ -19,14 +19,15 @@ from typing import Any, TypeVar
 
 import attrs
 
+from zlink_trio._runtime.actor import Actor
 from zlink_trio._runtime.handlers import HandlerKind, mark_of, timer_name_of
-from zlink_trio._runtime.spot import InstanceSpot, Spot
+from zlink_trio._runtime.spot import EntrySpot, InstanceSpot, Spot
 from zlink_trio._wire.payload import MessageTypes
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import SpotKind, StableTypeName
 from zlink_trio.options import RelocationCoordinationMode, SpotFactoryMode
 
-__all__ = ["Application", "Handler", "Registry", "SpotType"]
+__all__ = ["ActorType", "Application", "Handler", "Registry", "SpotType"]
 
 C = TypeVar("C", bound=type)
 
@@ -58,11 +59,36 @@ class SpotType:
 
 
 @attrs.frozen
+class ActorType:
+    """One validated Actor declaration: its stable type, class and handler table."""
+
+    name: StableTypeName
+    cls: type
+    handlers: Mapping[type, Handler]
+
+
+DEFAULT_ENTRY_TYPE = StableTypeName("zlink.EntrySpot")
+"""The stable type of the Entry Spot when the application declares none of its own."""
+
+
+@attrs.frozen
 class Registry:
     """The frozen declarations a host serves; never changes after start (REG-5.3)."""
 
     messages: MessageTypes
     spot_types: Mapping[StableTypeName, SpotType]
+    actor_types: Mapping[StableTypeName, ActorType] = attrs.field(factory=dict)
+    entry_type: SpotType = attrs.field(
+        factory=lambda: SpotType(
+            DEFAULT_ENTRY_TYPE,
+            SpotKind.ENTRY,
+            EntrySpot,
+            SpotFactoryMode.SPOT_WIDE,
+            RelocationCoordinationMode.FRAMEWORK_MANAGED,
+            {},
+        )
+    )
+    """The Entry Spot type: the application's ``@app.entry_spot`` class or the base class."""
 
     def instance_types(self) -> list[SpotType]:
         """The declared Instance Spot types, in declaration order."""
@@ -96,6 +122,7 @@ class Application:
     def __init__(self) -> None:
         self._messages: list[tuple[StableTypeName, type]] = []
         self._spots: list[_SpotDeclaration] = []
+        self._actors: list[tuple[StableTypeName, type]] = []
         self._registry: Registry | None = None
 
     def message(self, name: str) -> Callable[[C], C]:
@@ -133,6 +160,39 @@ class Application:
             RelocationCoordinationMode.FRAMEWORK_MANAGED,
         )
 
+    def entry_spot(self, cls: C) -> C:
+        """Declare an :class:`~zlink_trio.EntrySpot` subclass as this application's Entry Spot
+        (at most one); without one, every host runs the base ``EntrySpot``, which accepts every
+        new Actor."""
+        self._check_open()
+        if not (isinstance(cls, type) and issubclass(cls, EntrySpot)):
+            raise TypeError(f"@entry_spot takes a subclass of zl.EntrySpot, not {cls!r}")
+        name = StableTypeName(f"{cls.__module__}.{cls.__qualname__}"[-255:])
+        self._spots.append(
+            _SpotDeclaration(
+                name,
+                SpotKind.ENTRY,
+                cls,
+                SpotFactoryMode.SPOT_WIDE,
+                RelocationCoordinationMode.FRAMEWORK_MANAGED,
+            )
+        )
+        return cls
+
+    def actor(self, name: str) -> Callable[[C], C]:
+        """Declare a :class:`~zlink_trio.Actor` subclass as an Actor type under ``name``."""
+        type_name = StableTypeName(name)
+        self._check_open()
+
+        def declare(cls: C) -> C:
+            self._check_open()
+            if not (isinstance(cls, type) and issubclass(cls, Actor)):
+                raise TypeError(f"{type_name} must be a subclass of zl.Actor: {cls!r}")
+            self._actors.append((type_name, cls))
+            return cls
+
+        return declare
+
     def _spot_decorator(
         self,
         name: str,
@@ -168,12 +228,14 @@ class Application:
         """Validate every declaration once and return the frozen registry (the same one on
         every later call); ``ConfigurationError`` lists every problem and freezes nothing."""
         if self._registry is None:
-            self._registry = _validate(self._messages, self._spots)
+            self._registry = _validate(self._messages, self._spots, self._actors)
         return self._registry
 
 
 def _validate(
-    messages: list[tuple[StableTypeName, type]], spots: list[_SpotDeclaration]
+    messages: list[tuple[StableTypeName, type]],
+    spots: list[_SpotDeclaration],
+    actors: list[tuple[StableTypeName, type]],
 ) -> Registry:
     problems: list[str] = []
     message_types = MessageTypes()
@@ -203,8 +265,22 @@ def _validate(
         return True
 
     spot_types: dict[StableTypeName, SpotType] = {}
+    entry_types: list[SpotType] = []
     for declaration in spots:
         label = f"{declaration.kind.name.lower()} spot {declaration.cls.__qualname__}"
+        if declaration.kind is SpotKind.ENTRY:
+            entry_types.append(
+                SpotType(
+                    declaration.name,
+                    declaration.kind,
+                    declaration.cls,
+                    declaration.mode,
+                    declaration.relocation,
+                    _handlers_of(declaration.name, declaration.cls, declared, problems),
+                    _timers_of(declaration, problems),
+                )
+            )
+            continue
         if declaration.name in taken:
             problems.append(
                 f"{declaration.name} is declared twice (as {taken[declaration.name]} "
@@ -212,16 +288,15 @@ def _validate(
             )
             continue
         taken[declaration.name] = label
-        if declaration.mode is SpotFactoryMode.PER_ACTOR:
-            if declaration.relocation is RelocationCoordinationMode.APPLICATION_SIGNALED:
-                problems.append(
-                    f"{declaration.name}: APPLICATION_SIGNALED is allowed only with SPOT_WIDE, "
-                    "not PER_ACTOR"
-                )
+        if (
+            declaration.mode is SpotFactoryMode.PER_ACTOR
+            and declaration.relocation is RelocationCoordinationMode.APPLICATION_SIGNALED
+        ):
             problems.append(
-                f"{declaration.name}: PER_ACTOR User Spots are not supported by this runtime yet"
+                f"{declaration.name}: APPLICATION_SIGNALED is allowed only with SPOT_WIDE, "
+                "not PER_ACTOR"
             )
-        handlers = _handlers_of(declaration, declared, problems)
+        handlers = _handlers_of(declaration.name, declaration.cls, declared, problems)
         spot_types[declaration.name] = SpotType(
             declaration.name,
             declaration.kind,
@@ -231,21 +306,43 @@ def _validate(
             handlers,
             _timers_of(declaration, problems),
         )
+    if len(entry_types) > 1:
+        names = ", ".join(t.cls.__qualname__ for t in entry_types)
+        problems.append(f"an application has one Entry Spot; @entry_spot marks {names}")
+    actor_types: dict[StableTypeName, ActorType] = {}
+    for name, cls in actors:
+        label = f"actor {cls.__qualname__}"
+        if name in taken:
+            problems.append(f"{name} is declared twice (as {taken[name]} and as {label})")
+            continue
+        taken[name] = label
+        for attribute in dir(cls):
+            if timer_name_of(getattr(cls, attribute, None)) is not None:
+                problems.append(
+                    f"{name}.{attribute}: Actor timers are not supported by this runtime; "
+                    "put the timer on the Actor's Spot"
+                )
+        actor_types[name] = ActorType(name, cls, _handlers_of(name, cls, declared, problems))
     if problems:
         raise ConfigurationError(problems)
-    return Registry(message_types, spot_types)
+    if entry_types:
+        return Registry(message_types, spot_types, actor_types, entry_types[0])
+    return Registry(message_types, spot_types, actor_types)
 
 
 def _handlers_of(
-    declaration: _SpotDeclaration, declared: Callable[[type], bool], problems: list[str]
+    type_name: StableTypeName,
+    cls: type,
+    declared: Callable[[type], bool],
+    problems: list[str],
 ) -> dict[type, Handler]:
     handlers: dict[type, Handler] = {}
-    for attribute in dir(declaration.cls):
-        function = getattr(declaration.cls, attribute, None)
+    for attribute in dir(cls):
+        function = getattr(cls, attribute, None)
         mark = mark_of(function)
         if mark is None:
             continue
-        where = f"{declaration.name}.{attribute}"
+        where = f"{type_name}.{attribute}"
         message = mark.message_type
         if not declared(message):
             problems.append(
@@ -267,7 +364,7 @@ def _handlers_of(
                 )
         if message in handlers:
             problems.append(
-                f"{declaration.name} has two handlers for {message.__qualname__}: "
+                f"{type_name} has two handlers for {message.__qualname__}: "
                 f"{handlers[message].name} and {attribute}"
             )
             continue

@@ -8,6 +8,10 @@ Key layout, all under one prefix per mesh so meshes sharing a database never mee
                                     Spot kind, stable type, state ("activating" | "ready")
     m/<mesh>/generation/<spot id>   the last object generation issued for the id (CBOR int);
                                     durable, it outlives the incarnation
+    actor/<actor id>                an Actor's authority record; Actor ids are unique across
+    actor-generation/<actor id>     the whole store, not per mesh (ACT-2), so these keys carry
+                                    no mesh prefix; the record's kind is ``INVALID`` (not a Spot)
+                                    and its mesh is the mesh of its owner
 
 Rule 1: one winner per id. A claim writes the authority record with ``IfMissing`` and bumps the
 generation counter (``IfMissing`` or ``IfVersion`` on the counter) in the same batch: of two
@@ -38,6 +42,7 @@ from zlink_trio._integration.store import (
     Put,
 )
 from zlink_trio.ids import (
+    ActorId,
     MeshName,
     NodeGeneration,
     NodeRid,
@@ -97,7 +102,8 @@ class SpotRecord:
 class Claim:
     """This node holds the id's authority at ``generation``; ``version`` is the record's."""
 
-    spot_id: SpotId
+    spot_id: SpotId | ActorId
+    """The Spot or Actor whose authority this is."""
     record: SpotRecord
     version: int
 
@@ -124,19 +130,23 @@ class SpotAuthority:
         self._node_rid = node_rid
         self._node_generation = node_generation
 
-    def _record_key(self, spot_id: SpotId) -> str:
-        return f"{self._prefix}spot/{spot_id.value}"
+    def _record_key(self, target: SpotId | ActorId) -> str:
+        if isinstance(target, ActorId):
+            return f"actor/{target.value}"
+        return f"{self._prefix}spot/{target.value}"
 
-    def _generation_key(self, spot_id: SpotId) -> str:
-        return f"{self._prefix}generation/{spot_id.value}"
+    def _generation_key(self, target: SpotId | ActorId) -> str:
+        if isinstance(target, ActorId):
+            return f"actor-generation/{target.value}"
+        return f"{self._prefix}generation/{target.value}"
 
-    async def read(self, spot_id: SpotId) -> SpotRecord | None:
+    async def read(self, spot_id: SpotId | ActorId) -> SpotRecord | None:
         """The live authority record of ``spot_id``, or ``None``."""
         found = await self._store.read(self._record_key(spot_id))
         return SpotRecord.decode(found.value) if isinstance(found, Found) else None
 
     async def claim(
-        self, spot_id: SpotId, kind: SpotKind, type_name: StableTypeName
+        self, spot_id: SpotId | ActorId, kind: SpotKind, type_name: StableTypeName
     ) -> Claim | Held:
         """Take the id's authority for this node with the next generation, or report who holds
         it (Rule 1). Store failures raise ``ZLinkError(UNAVAILABLE)`` from the store."""
@@ -191,7 +201,7 @@ class SpotAuthority:
             return False
         return True
 
-    async def forget_if_ours(self, spot_id: SpotId) -> None:
+    async def forget_if_ours(self, spot_id: SpotId | ActorId) -> None:
         """After a claim whose outcome is unknown: delete the record if this node run wrote it."""
         key = self._record_key(spot_id)
         found = await self._store.read(key)

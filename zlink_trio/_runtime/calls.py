@@ -28,9 +28,15 @@ from zlink_trio._runtime.messaging import InstanceChoice
 from zlink_trio._runtime.node import LocalNode
 from zlink_trio._runtime.spot import SpotCreateResult
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import MeshName, SpotId, StableTypeName
+from zlink_trio.ids import ActorId, MeshName, SpotId, StableTypeName
 
-__all__ = ["SpotCreateCall", "SpotRequestCall", "SpotSendCall"]
+__all__ = [
+    "ActorRequestCall",
+    "ActorSendCall",
+    "SpotCreateCall",
+    "SpotRequestCall",
+    "SpotSendCall",
+]
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -75,8 +81,11 @@ class _SingleUse:
 
     async def _yielding(self, run: Callable[[], Awaitable[T]]) -> T:
         turn = current_turn()
-        if turn is None:
-            raise _invalid("yield_() is allowed only inside a SPOT_WIDE or Instance Spot turn")
+        if turn is None or turn.gate is None:
+            raise _invalid(
+                "yield_() is allowed only inside a turn of a SPOT_WIDE User Spot (its member "
+                "Actors included) or of an Instance Spot"
+            )
         self._terminal()
         return await turn.wait_outside(run)
 
@@ -277,5 +286,101 @@ class SpotCreateCall(_SingleUse):
             self._spot_type,
             self._request,
             self._mesh,
+            self._timeout,
+        )
+
+
+class _ToActor(_SingleUse):
+    """What Actor sends and requests share: the target id, the message and metadata. An Actor is
+    addressed by its id alone: no mesh, ref, node or Spot (ACT-17)."""
+
+    def __init__(self, node: LocalNode, actor_id: ActorId, message: object) -> None:
+        super().__init__(node)
+        if not node.registry.is_message(type(message)):
+            raise TypeError(
+                f"{type(message).__qualname__} is not declared with @app.message, so it cannot "
+                "be sent"
+            )
+        self._actor_id = actor_id
+        self._message = message
+        self._metadata: dict[str, str] = {}
+
+    def _add_metadata(self, key: str, value: str) -> None:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError("metadata takes a str key and a str value")
+        self._option(f"metadata[{key!r}]")
+        self._metadata[key] = value
+
+
+class ActorSendCall(_ToActor):
+    """A one-way message to an Actor; completes when the Actor's queue admits it."""
+
+    def metadata(self, key: str, value: str) -> ActorSendCall:
+        """Attach ``key: value`` to the message (each key once)."""
+        self._add_metadata(key, value)
+        return self
+
+    async def submit(self) -> None:
+        """Return once the Actor's queue has admitted the message; ``NOT_FOUND`` when no Actor
+        has the id, ``SHUTTING_DOWN`` once the host stops admitting."""
+        self._terminal()
+        await self._run()
+
+    def submit_sync(self) -> None:
+        """``submit()`` for an application thread, blocking it (not allowed in a Trio task)."""
+        self._blocking(self._run)
+
+    async def _run(self) -> None:
+        await messaging.send_actor(self._node, self._actor_id, self._message, self._metadata)
+
+
+class ActorRequestCall(_ToActor, Generic[R]):
+    """A request to an Actor whose reply is a ``reply_type`` instance (single-use)."""
+
+    def __init__(
+        self, node: LocalNode, actor_id: ActorId, message: object, reply_type: type[R]
+    ) -> None:
+        super().__init__(node, actor_id, message)
+        if not isinstance(reply_type, type):
+            raise TypeError(f"reply_type takes a class, not {reply_type!r}")
+        if not node.registry.is_message(reply_type):
+            raise TypeError(
+                f"reply_type {reply_type.__qualname__} is not declared with @app.message"
+            )
+        self._reply_type = reply_type
+        self._timeout = node.config.request_timeout
+
+    def metadata(self, key: str, value: str) -> ActorRequestCall[R]:
+        """Attach ``key: value`` to the request (each key once)."""
+        self._add_metadata(key, value)
+        return self
+
+    def timeout(self, seconds: float) -> ActorRequestCall[R]:
+        """End the request with ``DEADLINE_EXCEEDED`` if no result settles within ``seconds``."""
+        checked = check_timeout(seconds, "timeout")
+        self._option("timeout")
+        self._timeout = checked
+        return self
+
+    async def submit(self) -> R:
+        """The reply; or ``ZLinkError``; or ``trio.Cancelled`` when the caller is cancelled."""
+        self._terminal()
+        return await self._run()
+
+    async def yield_(self) -> R:
+        """As ``submit()``, giving a SPOT_WIDE or Instance Spot gate back while waiting."""
+        return await self._yielding(self._run)
+
+    def submit_sync(self) -> R:
+        """``submit()`` for an application thread, blocking it (not allowed in a Trio task)."""
+        return self._blocking(self._run)
+
+    async def _run(self) -> R:
+        return await messaging.request_actor(  # type: ignore[return-value]  # checked isinstance
+            self._node,
+            self._actor_id,
+            self._message,
+            self._reply_type,
+            self._metadata,
             self._timeout,
         )

@@ -55,6 +55,13 @@ def _check_queue_size(value: object) -> None:
         raise ValueError(f"app_job_queue_size must be in 1..{MAX_APP_JOB_QUEUE_SIZE}, got {value}")
 
 
+def _check_mailbox_limit(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"mailbox_limit takes an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_APP_JOB_QUEUE_SIZE:
+        raise ValueError(f"mailbox_limit must be in 1..{MAX_APP_JOB_QUEUE_SIZE}, got {value}")
+
+
 def _check_cpu_slots(value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"cpu_worker_slots takes an int, not {type(value).__name__}")
@@ -95,7 +102,11 @@ class HostConfig:
     instance_idle_timeout: float | None = None
     """Idle time after which an Instance Spot is evicted; ``None`` never evicts (SPOT-50)."""
     app_job_queue_size: int = 65536
-    """Permits of the host's shared application job queue, 1..2**31-1 (REG-8.1)."""
+    """Permits of the host's shared application job queue, 1..2**31-1 (REG-8.1): every
+    admitted message holds one until its turn ends; with none free, senders wait (ERR-8.1)."""
+    mailbox_limit: int = 65536
+    """Most messages one Spot's or Actor's own queue holds, 1..2**31-1; a request finding it
+    full ends with ``CAPACITY_EXCEEDED``, a send waits for room (ERR-5.10, CMP-5.1)."""
     cpu_worker_slots: int = attrs.field(factory=_default_cpu_slots)
     """CPU worker threads of the host, 1..1024; the default is the number of CPUs (CMP-3.10)."""
 
@@ -108,6 +119,7 @@ class HostConfig:
             _problem(check_timeout, self.closing_timeout, "closing_timeout"),
             _problem(_check_optional_timeout, self.instance_idle_timeout, "instance_idle_timeout"),
             _problem(_check_queue_size, self.app_job_queue_size),
+            _problem(_check_mailbox_limit, self.mailbox_limit),
             _problem(_check_cpu_slots, self.cpu_worker_slots),
         ]
         problems = [f"HostConfig: {problem}" for problem in found if problem is not None]

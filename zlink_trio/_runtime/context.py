@@ -18,10 +18,11 @@ from zlink_trio._runtime.spot_timers import SpotTimers
 from zlink_trio._runtime.spots import SpotManager
 from zlink_trio._runtime.worker_calls import Workers
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import SpotCloseReason, SpotId, SpotKind, SpotRef
+from zlink_trio.ids import ActorId, SpotCloseReason, SpotId, SpotKind, SpotRef
 
 if TYPE_CHECKING:
     from zlink_trio._runtime.activation import Activation
+    from zlink_trio._runtime.actors import ActorManager
 
 __all__ = ["SpotContext"]
 
@@ -67,6 +68,19 @@ class SpotContext:
         """The Spot manager."""
         self._live()
         return SpotManager(self._node)
+
+    @property
+    def actors(self) -> ActorManager:
+        """The Actor manager."""
+        from zlink_trio._runtime.actors import ActorManager
+
+        self._live()
+        return ActorManager(self._node)
+
+    @property
+    def members(self) -> frozenset[ActorId]:
+        """The ids of this Spot's member Actors now (User and Entry Spots)."""
+        return frozenset(actor.actor_id for actor in self._activation.members)
 
     @property
     def timers(self) -> SpotTimers:

@@ -145,6 +145,9 @@ async def close(node: LocalNode, ref: SpotRef) -> bool:
             f"{ref.spot_id} is now generation {current.generation.value}, not "
             f"{ref.object_generation.value}",
         )
+    if current.members:
+        # Closing would strand its members; they must leave first (SPOT-37).
+        return False
     deadline = trio.current_time() + node.config.closing_timeout
     if not current.begin_close(SpotCloseReason.EXPLICIT_CLOSE, deadline, drain=True):
         raise ZLinkError(ErrorKind.UNAVAILABLE, f"{ref.spot_id} is already closing")

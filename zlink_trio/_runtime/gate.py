@@ -14,6 +14,11 @@ for that hand-over; it runs once, before the gate is given back.
 Rule 4: the running turn is known through a context variable, so a call can tell whether it is
 made inside a Spot turn (``yield_``) or inside any Trio task at all (``submit_sync``). A child
 task inherits the variable but not the gate, so a turn counts only in the task that runs it.
+Rule 5: a turn without a shared gate cannot yield. Turns of an Entry Spot's Actors and of a
+PER_ACTOR User Spot (its Actors, its own lane, its timers) run on lanes of their own: such a turn
+carries ``gate=None`` and ``yield_()`` refuses it (SPOT-78). An Actor turn also carries its
+Actor (``actor``) and collects the joins its handler deferred (``joins``), which run only once
+the turn has ended normally (actor_activation.py Rule 3).
 """
 
 from __future__ import annotations
@@ -72,19 +77,31 @@ class Turn:
     """The turn a task is running: which gate it holds, the task that holds it, and what must
     happen before the turn first gives its gate back (Rule 3)."""
 
-    __slots__ = ("gate", "on_yield", "task")
+    __slots__ = ("actor", "gate", "joins", "on_yield", "task")
 
-    def __init__(self, gate: ExecutionGate, on_yield: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        gate: ExecutionGate | None,
+        on_yield: Callable[[], None] | None = None,
+        actor: object | None = None,
+    ) -> None:
         self.gate = gate
         self.task = trio.lowlevel.current_task()
         self.on_yield = on_yield
+        self.actor = actor
+        """The Actor activation whose turn this is, or ``None`` for a Spot turn (Rule 5)."""
+        self.joins: list[object] = []
+        """Joins deferred during this turn, in call order (Rule 5)."""
 
     async def wait_outside(self, work: Callable[[], Awaitable[T]]) -> T:
         """``ExecutionGate.wait_outside`` for this turn, running its ``on_yield`` hook first."""
+        gate = self.gate
+        if gate is None:
+            raise RuntimeError("a turn without a shared gate cannot yield (gate.py Rule 5)")
         hook, self.on_yield = self.on_yield, None
         if hook is not None:
             hook()
-        return await self.gate.wait_outside(work)
+        return await gate.wait_outside(work)
 
 
 _current: contextvars.ContextVar[Turn | None] = contextvars.ContextVar(

@@ -19,7 +19,8 @@ waiting does not stop it (SHUT-4.10); every ``shutdown()`` call waits for that o
 1. seal admission: every new operation, worker calls included, raises SHUTTING_DOWN (SHUT-4.6);
 2. settle every call still in flight with SHUTTING_DOWN (SHUT-4.7), so a turn waiting for a reply
    ends instead of holding its gate until the closing deadline;
-3. close every activation with HOST_SHUTDOWN and one deadline, ``closing_timeout`` from now:
+3. seal every Actor's queue (what was queued is dropped; its calls were settled in stage 2), then
+   close every activation with HOST_SHUTDOWN and one deadline, ``closing_timeout`` from now:
    ``on_closing`` runs while the Spot is still registered and holds its store record (SHUT-4.8,
    SHUT-7.3), then the activation releases its record;
 4. drain the completion lane;
@@ -39,6 +40,8 @@ import trio
 
 from zlink_trio._exception_groups import sole_error
 from zlink_trio._integration.store import StoreConfig, Stores, open_stores
+from zlink_trio._runtime.activation import Activation
+from zlink_trio._runtime.actors import ActorManager
 from zlink_trio._runtime.application import Application
 from zlink_trio._runtime.authority import SpotAuthority
 from zlink_trio._runtime.completion import CompletionDispatcher, shutting_down
@@ -48,7 +51,7 @@ from zlink_trio._runtime.route import Route
 from zlink_trio._runtime.spots import SpotManager
 from zlink_trio._runtime.worker_calls import Workers
 from zlink_trio._runtime.workers import WorkerScheduler
-from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotCloseReason
+from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotCloseReason, SpotId
 
 __all__ = ["Host", "open_host"]
 
@@ -66,6 +69,8 @@ class Host:
         """Sends and requests to Spots."""
         self.spots = SpotManager(node)
         """Create, get-or-create and close User Spots."""
+        self.actors = ActorManager(node)
+        """Create, get-or-create, find and destroy Actors."""
         self.workers = Workers(node)
         """CPU and I/O worker calls on this host's worker scheduler."""
 
@@ -141,11 +146,16 @@ class _TaskTree:
             settled = node.dispatcher.settle_all(shutting_down())
             _log.debug("shutdown settled %d calls in flight", settled)
             deadline = trio.current_time() + node.config.closing_timeout
+            actors = list(node.live_actors)
+            for actor in actors:
+                actor.begin_close(deadline, drain=False)
             closing = list(node.live)
             for activation in closing:
                 activation.begin_close(SpotCloseReason.HOST_SHUTDOWN, deadline, drain=False)
             # The closing deadline bounds on_closing; the store release after it gets as long.
             with trio.move_on_at(deadline + node.config.closing_timeout):
+                for actor in actors:
+                    await actor.closed.wait()
                 for activation in closing:
                     await activation.closed.wait()
             self._close_activations.set()
@@ -201,6 +211,16 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                 trio.lowlevel.current_trio_token(),
                 WorkerScheduler(config.cpu_worker_slots),
             )
+            # The Entry Spot: made by the framework, Ready before the host is handed out, with
+            # an id of this run's own (SPOT-2, SPOT-42).
+            entry = Activation(
+                node,
+                registry.entry_type,
+                SpotId(f"entry.{node_generation.value:016x}"),
+                None,
+            )
+            node.entry = entry
+            await activations.start(entry.run)
             host = Host(node, tree)
             try:
                 yield host

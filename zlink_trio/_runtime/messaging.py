@@ -12,24 +12,30 @@ and gives ``DEADLINE_EXCEEDED``; a caller's Trio cancel scope gives ``trio.Cance
 Rule 3: a send or request without ``instance_spot()`` never creates anything (SPOT-19); with it, a
 missing id is activated cold on this host and the activating message is the first one in the new
 Spot's mailbox (activation.py Rule 2).
+Rule 4: a message takes its job permit before its target is resolved (mailbox.py Rule 1), so
+resolving and admitting have no checkpoint between them and a cold-activating message stays the
+first in its new mailbox. A request spends its deadline on the permit wait too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import trio
 
-from zlink_trio._runtime.activation import Activation, Envelope
-from zlink_trio._runtime.application import Handler, SpotType
+from zlink_trio._runtime.activation import Activation
+from zlink_trio._runtime.application import ActorType, Handler, SpotType
 from zlink_trio._runtime.completion import Outcome, PendingCall
+from zlink_trio._runtime.gate import current_turn
 from zlink_trio._runtime.handlers import HandlerKind
+from zlink_trio._runtime.mailbox import Envelope
 from zlink_trio._runtime.node import LocalNode
 from zlink_trio._runtime.spot import MessageContext
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import MeshName, SpotId, SpotKind, StableTypeName
+from zlink_trio.ids import ActorId, MeshName, SpotId, SpotKind, StableTypeName
 
-__all__ = ["InstanceChoice", "request", "send"]
+__all__ = ["InstanceChoice", "request", "request_actor", "send", "send_actor"]
 
 
 class InstanceChoice:
@@ -52,8 +58,15 @@ async def send(
     """Admit a one-way message into the target Spot's mailbox (Rule 1)."""
     node.check_admitting()
     node.check_mesh(mesh)
-    activation, handler = await _resolve(node, spot_id, type(message), HandlerKind.PACKET, instance)
-    activation.admit(Envelope(message, handler, MessageContext(spot_id, metadata), None))
+    await node.jobs.acquire()
+    try:
+        activation, handler = await _resolve(
+            node, spot_id, type(message), HandlerKind.PACKET, instance
+        )
+        await activation.put(Envelope(message, handler, MessageContext(spot_id, metadata), None))
+    except BaseException:
+        node.jobs.release()
+        raise
 
 
 async def request(
@@ -70,22 +83,31 @@ async def request(
     node.check_admitting()
     node.check_mesh(mesh)
     deadline = trio.current_time() + time_limit
-    found = _resolve_now(node, spot_id, type(message), HandlerKind.REQUEST, instance)
-    if isinstance(found, Activation):
-        # Only waiting for a closing incarnation takes time before admission, so only that wait
-        # needs a scope of its own to spend from the deadline.
-        resolved: tuple[Activation, Handler] | None = None
-        with trio.move_on_at(deadline):
-            resolved = await _resolve(node, spot_id, type(message), HandlerKind.REQUEST, instance)
-        if resolved is None:
-            raise _deadline(spot_id)
-        found = resolved
-    activation, handler = found
-    entry = node.dispatcher.register()
+    await _job_permit(node, deadline, spot_id)
     try:
-        activation.admit(Envelope(message, handler, MessageContext(spot_id, metadata), entry.route))
+        found = _resolve_now(node, spot_id, type(message), HandlerKind.REQUEST, instance)
+        if isinstance(found, Activation):
+            # Only waiting for a closing incarnation takes time before admission, so only that
+            # wait needs a scope of its own to spend from the deadline.
+            resolved: tuple[Activation, Handler] | None = None
+            with trio.move_on_at(deadline):
+                resolved = await _resolve(
+                    node, spot_id, type(message), HandlerKind.REQUEST, instance
+                )
+            if resolved is None:
+                raise _deadline(spot_id)
+            found = resolved
+        activation, handler = found
+        entry = node.dispatcher.register()
+        try:
+            activation.offer(
+                Envelope(message, handler, MessageContext(spot_id, metadata), entry.route)
+            )
+        except BaseException:
+            node.dispatcher.pop(entry.route)
+            raise
     except BaseException:
-        node.dispatcher.pop(entry.route)
+        node.jobs.release()
         raise
     # Outside the scope above: only _settle's own scope may turn the deadline into a result,
     # after the pop race, so a reply that won the slot is never reported as a timeout.
@@ -96,6 +118,88 @@ async def request(
             f"the reply is a {type(reply).__qualname__}, not a {reply_type.__qualname__}",
         )
     return reply
+
+
+async def send_actor(
+    node: LocalNode, actor_id: ActorId, message: object, metadata: Mapping[str, str]
+) -> None:
+    """Admit a one-way message into the Actor's queue (Rule 1; CMP-5.8)."""
+    node.check_admitting()
+    await node.jobs.acquire()
+    try:
+        actor, handler = _resolve_actor(node, actor_id, type(message), HandlerKind.PACKET)
+        await actor.put(Envelope(message, handler, _actor_context(actor, actor_id, metadata), None))
+    except BaseException:
+        node.jobs.release()
+        raise
+
+
+async def request_actor(
+    node: LocalNode,
+    actor_id: ActorId,
+    message: object,
+    reply_type: type,
+    metadata: Mapping[str, str],
+    time_limit: float,
+) -> object:
+    """A request to an Actor: one deadline, the first result wins (Rule 2)."""
+    node.check_admitting()
+    deadline = trio.current_time() + time_limit
+    await _job_permit(node, deadline, None)
+    try:
+        actor, handler = _resolve_actor(node, actor_id, type(message), HandlerKind.REQUEST)
+        turn = current_turn()
+        if turn is not None and turn.actor is actor:
+            # Its own turn holds the Actor's FIFO claim: the request could never run (ACT-21).
+            raise ZLinkError(
+                ErrorKind.INVALID_OPERATION,
+                f"Actor {actor_id} cannot wait for a request to itself from its own turn",
+            )
+        entry = node.dispatcher.register()
+        try:
+            actor.offer(
+                Envelope(message, handler, _actor_context(actor, actor_id, metadata), entry.route)
+            )
+        except BaseException:
+            node.dispatcher.pop(entry.route)
+            raise
+    except BaseException:
+        node.jobs.release()
+        raise
+    reply = await _settle(node, entry, deadline)
+    if not isinstance(reply, reply_type):
+        raise ZLinkError(
+            ErrorKind.PROTOCOL_ERROR,
+            f"the reply is a {type(reply).__qualname__}, not a {reply_type.__qualname__}",
+        )
+    return reply
+
+
+def _actor_context(actor: Any, actor_id: ActorId, metadata: Mapping[str, str]) -> MessageContext:
+    return MessageContext(actor.spot.spot_id, metadata, actor_id)
+
+
+def _resolve_actor(
+    node: LocalNode, actor_id: ActorId, message_type: type, kind: HandlerKind
+) -> tuple[Any, Handler]:
+    actor = node.actors.get(actor_id)
+    if actor is None or not actor.accepting:
+        raise ZLinkError(ErrorKind.NOT_FOUND, f"no Actor {actor_id}")
+    actor_type: ActorType = actor.actor_type
+    handler = actor_type.handlers.get(message_type)
+    if handler is None or handler.kind is not kind:
+        raise ZLinkError(
+            ErrorKind.NOT_FOUND,
+            f"{actor_type.name} has no {kind.value} handler for {message_type.__qualname__}",
+        )
+    return actor, handler
+
+
+async def _job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -> None:
+    with trio.move_on_at(deadline):
+        await node.jobs.acquire()
+        return
+    raise _deadline(spot_id)
 
 
 async def _settle(node: LocalNode, entry: PendingCall, deadline: float) -> object:

@@ -16,12 +16,14 @@ from zlink_trio._runtime.application import Registry
 from zlink_trio._runtime.authority import SpotAuthority
 from zlink_trio._runtime.completion import CompletionDispatcher, shutting_down
 from zlink_trio._runtime.config import HostConfig
+from zlink_trio._runtime.mailbox import JobPermits
 from zlink_trio._runtime.workers import WorkerScheduler
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId
+from zlink_trio.ids import ActorId, MeshName, NodeGeneration, NodeRid, SpotId
 
 if TYPE_CHECKING:
     from zlink_trio._runtime.activation import Activation
+    from zlink_trio._runtime.actor_activation import ActorActivation
 
 __all__ = ["LocalNode"]
 
@@ -59,7 +61,27 @@ class LocalNode:
         """User Spot creations in progress, by id; later callers wait for the first (SPOT-15)."""
         self.live: set[Activation] = set()
         """Every activation whose task runs, including User Spots still being created."""
+        self.jobs = JobPermits(config.app_job_queue_size)
+        """The host's shared application job queue (mailbox.py Rule 1)."""
+        self.actors: dict[ActorId, ActorActivation] = {}
+        """Every local Actor that is Ready or closing, by id."""
+        self.creating_actors: dict[ActorId, trio.Event] = {}
+        """Actor creations in progress, by id; later callers wait for the first."""
+        self.live_actors: set[ActorActivation] = set()
+        """Every Actor activation whose lane runs or is being created."""
+        self._entry: Activation | None = None
         self.admitting = True
+
+    @property
+    def entry(self) -> Activation:
+        """This host's Entry Spot, made when the host starts."""
+        if self._entry is None:
+            raise ZLinkError(ErrorKind.UNAVAILABLE, "the Entry Spot has not started yet")
+        return self._entry
+
+    @entry.setter
+    def entry(self, activation: Activation) -> None:
+        self._entry = activation
 
     def check_admitting(self) -> None:
         """Raise ``SHUTTING_DOWN`` once shutdown has sealed admission (SHUT-4.6)."""

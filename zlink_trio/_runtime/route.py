@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from zlink_trio._runtime.calls import SpotRequestCall, SpotSendCall
+from zlink_trio._runtime.calls import (
+    ActorRequestCall,
+    ActorSendCall,
+    SpotRequestCall,
+    SpotSendCall,
+)
 from zlink_trio._runtime.node import LocalNode
-from zlink_trio.ids import SpotId
+from zlink_trio.ids import ActorId, SpotId
 
-__all__ = ["Route", "spot_id_of"]
+__all__ = ["Route", "actor_id_of", "spot_id_of"]
 
 R = TypeVar("R")
 
@@ -27,8 +32,17 @@ def spot_id_of(value: object) -> SpotId:
     raise TypeError(f"a Spot is addressed by a SpotId or str, not {type(value).__name__}")
 
 
+def actor_id_of(value: object) -> ActorId:
+    """``value`` as an ActorId: an ``ActorId`` or a ``str``; anything else is a ``TypeError``."""
+    if isinstance(value, ActorId):
+        return value
+    if isinstance(value, str):
+        return ActorId(value)
+    raise TypeError(f"an Actor is addressed by an ActorId or str, not {type(value).__name__}")
+
+
 class Route:
-    """Sends and requests to Spots of this host's mesh; ``host.route`` and ``context.route``."""
+    """Sends and requests to Spots and Actors; ``host.route`` and ``context.route``."""
 
     def __init__(self, node: LocalNode) -> None:
         self._node = node
@@ -42,3 +56,13 @@ class Route:
     ) -> SpotRequestCall[R]:
         """A single-use request to the Spot ``spot_id`` whose reply is a ``reply_type``."""
         return SpotRequestCall(self._node, spot_id_of(spot_id), request, reply_type)
+
+    def send_to_actor(self, actor_id: ActorId | str, message: object) -> ActorSendCall:
+        """A single-use one-way call to the Actor ``actor_id``."""
+        return ActorSendCall(self._node, actor_id_of(actor_id), message)
+
+    def request_to_actor(
+        self, actor_id: ActorId | str, request: object, *, reply_type: type[R]
+    ) -> ActorRequestCall[R]:
+        """A single-use request to the Actor ``actor_id`` whose reply is a ``reply_type``."""
+        return ActorRequestCall(self._node, actor_id_of(actor_id), request, reply_type)
