@@ -30,10 +30,11 @@ _CAPABILITIES = (
     (
         "runtime",
         (
-            "one host: User and Instance Spots, gates, calls, completion, timers, workers, "
-            "idle eviction, shutdown; Actors and PER_ACTOR lanes still to come"
+            "one host: Entry, User and Instance Spots, Actors with joins, SPOT_WIDE gates and "
+            "PER_ACTOR lanes, calls, completion, timers, workers, bounded queues, idle "
+            "eviction, shutdown"
         ),
-        "~",
+        "x",
     ),
     ("mesh", "many hosts over one store; the demo", " "),
 )

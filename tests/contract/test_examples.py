@@ -10,6 +10,18 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
+EXPECTED = {
+    "chat_room.py": (
+        "mallory: join lobby -> REJECTED",
+        "ada: join lobby -> ACCEPTED",
+        "| ada: hello",
+        "| * bob left",
+        "room closed: True",
+        "after close: NOT_FOUND",
+    ),
+    "counter.py": ("reported totals: clicks=10, views=10",),
+}
+"""What each example must print, so an example that runs but does the wrong thing fails."""
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[path.name for path in EXAMPLES])
@@ -25,6 +37,8 @@ def test_example_runs(example: Path, store_dsn: str) -> None:
         env=environ,
     )
     assert done.returncode == 0, done.stderr
+    for expected in EXPECTED.get(example.name, ()):
+        assert expected in done.stdout, done.stdout
 
 
 def test_readme_quick_start_runs(tmp_path: Path, store_dsn: str) -> None:
