@@ -154,7 +154,14 @@ class Activation:
         """Put ``envelope`` in the mailbox, waiting for room while it is full."""
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
-        await self.mailbox.put(envelope, f"Spot {self.spot_id}")
+        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}"):
+            await self.mailbox.put(envelope, f"Spot {self.spot_id}")
+
+    def try_put(self, envelope: Envelope) -> bool:
+        """``put`` without waiting: ``False`` when the mailbox is full."""
+        if not self.accepting:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
+        return self.mailbox.try_put(envelope, f"Spot {self.spot_id}")
 
     async def control_turn(self, callback: Callable[[Any], Awaitable[T]]) -> T:
         """Run ``callback(instance)`` as a turn of this Spot's direct and lifecycle lane: Actor

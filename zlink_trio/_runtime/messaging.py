@@ -58,14 +58,21 @@ async def send(
     """Admit a one-way message into the target Spot's mailbox (Rule 1)."""
     node.check_admitting()
     node.check_mesh(mesh)
-    await node.jobs.acquire()
+    jobs = node.jobs
+    # The hot path takes a free permit and a free mailbox slot without a coroutine or a
+    # checkpoint; only a shortage waits.
+    if not jobs.try_acquire():
+        await jobs.acquire()
     try:
-        activation, handler = await _resolve(
-            node, spot_id, type(message), HandlerKind.PACKET, instance
-        )
-        await activation.put(Envelope(message, handler, MessageContext(spot_id, metadata), None))
+        found = _resolve_now(node, spot_id, type(message), HandlerKind.PACKET, instance)
+        if isinstance(found, Activation):
+            found = await _resolve(node, spot_id, type(message), HandlerKind.PACKET, instance)
+        activation, handler = found
+        envelope = Envelope(message, handler, MessageContext(spot_id, metadata), None)
+        if not activation.try_put(envelope):
+            await activation.put(envelope)
     except BaseException:
-        node.jobs.release()
+        jobs.release()
         raise
 
 
