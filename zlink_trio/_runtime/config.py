@@ -107,6 +107,9 @@ class HostConfig:
     mailbox_limit: int = 65536
     """Most messages one Spot's or Actor's own queue holds, 1..2**31-1; a request finding it
     full ends with ``CAPACITY_EXCEEDED``, a send waits for room (ERR-5.10, CMP-5.1)."""
+    node_lease: float = 10.0
+    """Lease of this host's node record in the store: peers stop routing to it this long after
+    its last renewal (MESH-3); it is renewed every third of it."""
     cpu_worker_slots: int = attrs.field(factory=_default_cpu_slots)
     """CPU worker threads of the host, 1..1024; the default is the number of CPUs (CMP-3.10)."""
 
@@ -117,6 +120,7 @@ class HostConfig:
             _problem(_check_dsn_type, self.store_dsn),
             _problem(check_timeout, self.request_timeout, "request_timeout"),
             _problem(check_timeout, self.closing_timeout, "closing_timeout"),
+            _problem(check_timeout, self.node_lease, "node_lease"),
             _problem(_check_optional_timeout, self.instance_idle_timeout, "instance_idle_timeout"),
             _problem(_check_queue_size, self.app_job_queue_size),
             _problem(_check_mailbox_limit, self.mailbox_limit),

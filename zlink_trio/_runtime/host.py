@@ -5,6 +5,8 @@ REG-5.1, REG-5.11; specs/api.md API-16, API-17).
 The task tree (DESIGN §2): ``open_host`` owns one nursery holding
 
     the store task            opens the stores and keeps them open until it is told to close
+    the membership task       publishes this host's node record under a lease and watches its
+                              peers (membership.py); withdrawn after the last activation closed
     the completion lane       CompletionDispatcher.run
     the activations task      owns the activations nursery; every Spot's task runs inside it
 
@@ -16,14 +18,15 @@ Immediate shutdown runs once, in its own task in the host nursery, so a caller t
 waiting does not stop it (SHUT-4.10); every ``shutdown()`` call waits for that one run
 (SHUT-2.3). Its stages, in order (SHUT-4.5):
 
-1. seal admission: every new operation, worker calls included, raises SHUTTING_DOWN (SHUT-4.6);
+1. seal admission: every new operation, worker calls included, raises SHUTTING_DOWN (SHUT-4.6),
+   and mark the node record ``draining`` so peers place nothing new here (MESH-18);
 2. settle every call still in flight with SHUTTING_DOWN (SHUT-4.7), so a turn waiting for a reply
    ends instead of holding its gate until the closing deadline;
 3. seal every Actor's queue (what was queued is dropped; its calls were settled in stage 2), then
    close every activation with HOST_SHUTDOWN and one deadline, ``closing_timeout`` from now:
    ``on_closing`` runs while the Spot is still registered and holds its store record (SHUT-4.8,
    SHUT-7.3), then the activation releases its record;
-4. drain the completion lane;
+4. withdraw the node record (the membership task ends), then drain the completion lane;
 5. close the store;
 6. publish the final result: ``shutdown()`` returns and ``open_host`` exits; nothing starts after
    (SHUT-4.4).
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import trio
@@ -46,6 +49,7 @@ from zlink_trio._runtime.application import Application
 from zlink_trio._runtime.authority import SpotAuthority
 from zlink_trio._runtime.completion import CompletionDispatcher, shutting_down
 from zlink_trio._runtime.config import HostConfig
+from zlink_trio._runtime.membership import DRAINING, Membership, NodeRecord
 from zlink_trio._runtime.node import LocalNode
 from zlink_trio._runtime.route import Route
 from zlink_trio._runtime.spots import SpotManager
@@ -89,6 +93,15 @@ class Host:
         """This run's lifecycle generation, new at every start (ID-9)."""
         return self._node.node_generation
 
+    @property
+    def peers(self) -> Mapping[NodeRid, NodeGeneration]:
+        """The other live hosts of this mesh as the store shows them now: node RID -> the
+        generation of its current run (MESH-18)."""
+        membership = self._tree.membership
+        if membership is None:
+            return {}
+        return {rid: record.generation for rid, record in membership.peers().items()}
+
     async def shutdown(self) -> None:
         """Immediate shutdown: seal admission, settle calls, close every Spot with
         HOST_SHUTDOWN, drain completions, close the store. Idempotent; concurrent and later
@@ -105,6 +118,9 @@ class _TaskTree:
         self._store_closed = trio.Event()
         self._close_activations = trio.Event()
         self._activations_closed = trio.Event()
+        self._membership_scope = trio.CancelScope()
+        self._membership_ended = trio.Event()
+        self.membership: Membership | None = None
         self._started = False
         self.finished = trio.Event()
 
@@ -133,6 +149,18 @@ class _TaskTree:
         finally:
             self._activations_closed.set()
 
+    async def run_membership(
+        self,
+        membership: Membership,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            with self._membership_scope:
+                await membership.run(task_status=task_status)
+        finally:
+            self._membership_ended.set()
+
     async def shutdown(self, node: LocalNode) -> None:
         if not self._started and not self.finished.is_set():
             self._started = True
@@ -143,6 +171,8 @@ class _TaskTree:
         try:
             node.admitting = False
             node.workers.close()
+            if self.membership is not None:
+                self.membership.update(state=DRAINING)
             settled = node.dispatcher.settle_all(shutting_down())
             _log.debug("shutdown settled %d calls in flight", settled)
             deadline = trio.current_time() + node.config.closing_timeout
@@ -160,11 +190,15 @@ class _TaskTree:
                     await activation.closed.wait()
             self._close_activations.set()
             await self._activations_closed.wait()
+            # The membership withdraws its record as it ends (bounded, shielded).
+            self._membership_scope.cancel()
+            await self._membership_ended.wait()
             node.dispatcher.close()
             await node.dispatcher.wait_drained()
         finally:
             # Even when the host nursery is being cancelled (a part crashed), the store still
             # closes and the result is published, so no waiter of shutdown() is left behind.
+            self._membership_scope.cancel()
             self._close_store.set()
             try:
                 with trio.CancelScope(shield=True):
@@ -221,6 +255,16 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
             )
             node.entry = entry
             await activations.start(entry.run)
+            # Published once the host can serve; it has no transport endpoints yet (MESH-18).
+            record = NodeRecord(
+                node_rid,
+                node_generation,
+                types=[t.name for t in registry.spot_types.values()],
+            )
+            tree.membership = Membership(
+                stores.location, config.mesh_name, record, lease=config.node_lease
+            )
+            await nursery.start(tree.run_membership, tree.membership)
             host = Host(node, tree)
             try:
                 yield host
