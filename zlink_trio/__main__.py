@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 from collections.abc import Sequence
 
 import zlink_trio
+from zlink_trio.ids import MeshName
 
 _BINDINGS = (
     ("trio", "trio"),
@@ -66,10 +68,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=zlink_trio.__version__)
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("info", help="print the version and what this runtime provides (default)")
+    store = commands.add_parser("store", help="look at the Location Store")
+    store_commands = store.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
+    inspect = store_commands.add_parser(
+        "inspect", help="list the nodes, Spot and Actor authority records the store holds"
+    )
+    inspect.add_argument("--dsn", help="the store's postgresql:// DSN (default: $ZLINK_STORE_DSN)")
+    inspect.add_argument("--mesh", type=_mesh_name, help="only this mesh (default: every mesh)")
+    inspect.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
+    if args.command == "store":
+        return _store_inspect(args.dsn, args.mesh, as_json=args.json)
     if args.command not in (None, "info"):
         parser.error(f"unknown command {args.command!r}")  # exits with status 2
     print(describe())
+    return 0
+
+
+def _mesh_name(value: str) -> MeshName:
+    try:
+        return MeshName(value)
+    except (TypeError, ValueError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _store_inspect(dsn: str | None, mesh: MeshName | None, *, as_json: bool) -> int:
+    """``zlink-trio store inspect`` (specs/inspect.md); imported late so ``info`` stays light."""
+    from zlink_trio import _inspect
+    from zlink_trio._integration.store import DSN_VARIABLE
+
+    dsn = dsn or os.environ.get(DSN_VARIABLE) or None
+    if dsn is None:
+        print(
+            f"zlink-trio store inspect: no store to inspect: pass --dsn or set {DSN_VARIABLE} "
+            "(an inspection never starts the embedded PostgreSQL)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        snapshot = _inspect.inspect(dsn, mesh)
+    except _inspect.InspectError as error:
+        print(f"zlink-trio store inspect: {error}", file=sys.stderr)
+        return 1
+    print(_inspect.render_json(snapshot) if as_json else _inspect.render_text(snapshot))
     return 0
 
 

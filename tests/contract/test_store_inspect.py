@@ -1,0 +1,255 @@
+"""``zlink-trio store inspect``: what the Location Store holds, read from outside by the command
+(specs/inspect.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import attrs
+import pytest
+import trio
+
+import zlink_trio as zl
+from zlink_trio._integration.store import (
+    DSN_VARIABLE,
+    Applied,
+    Batch,
+    IfMissing,
+    Put,
+    StoreConfig,
+    open_stores,
+)
+from zlink_trio._runtime.membership import NodeRecord
+from zlink_trio.ids import NodeGeneration, NodeRid, StableTypeName
+
+app = zl.Application()
+
+
+@app.user_spot("inspect.Room")
+class Room(zl.Spot):
+    pass
+
+
+@app.actor("inspect.User")
+class User(zl.Actor):
+    pass
+
+
+COMMAND_TIMEOUT = 60.0
+NODE_GENERATION = 2**63 + 5
+"""Above 2**53, so a JSON reader that took it as a number would round it."""
+
+
+@attrs.frozen
+class Seen:
+    """A host with one Spot and one Actor, and one node record written by hand."""
+
+    mesh: str
+    host: zl.Host
+    spot_generation: int
+    actor_id: str
+    actor_generation: int
+    node: NodeRecord
+
+
+def _environ_without_dsn() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name != DSN_VARIABLE}
+
+
+async def run_cli(
+    *args: str, environ: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``python -m zlink_trio ARGS`` in a subprocess, bounded; stdout and stderr captured."""
+    with trio.fail_after(COMMAND_TIMEOUT):
+        return await trio.run_process(
+            [sys.executable, "-m", "zlink_trio", *args],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=_environ_without_dsn() if environ is None else environ,
+        )
+
+
+async def put_raw(store_dsn: str, key: str, value: bytes) -> None:
+    """Write ``value`` at ``key`` with a short retention, as a peer or a bad writer would."""
+    async with open_stores(StoreConfig(dsn=store_dsn, notifications=False)) as stores:
+        result = await stores.location.write(
+            Batch([IfMissing(key)], [Put(key, value, retention=timedelta(seconds=30))])
+        )
+    assert isinstance(result, Applied), result
+
+
+@asynccontextmanager
+async def populated(store_dsn: str) -> AsyncIterator[Seen]:
+    mesh = f"inspect-{uuid.uuid4().hex[:8]}"
+    async with zl.open_host(app, zl.HostConfig(mesh=mesh, store_dsn=store_dsn)) as host:
+        spot = await host.spots.get_or_create("room-1", "inspect.Room").submit()
+        actor_id = f"user-{uuid.uuid4().hex[:8]}"
+        actor = await host.actors.create(actor_id, "inspect.User").submit()
+        assert actor.actor_ref is not None
+        node = NodeRecord(
+            NodeRid("hand-written-node"),
+            NodeGeneration(NODE_GENERATION),
+            "tcp://127.0.0.1:7001",
+            "tcp://127.0.0.1:7002",
+            "serving",
+            (StableTypeName("inspect.Room"),),
+            3,
+        )
+        await put_raw(store_dsn, f"m/{mesh}/node/hand-written-node", node.encode())
+        yield Seen(
+            mesh,
+            host,
+            spot.spot_ref.object_generation.value,
+            actor_id,
+            actor.actor_ref.object_generation.value,
+            node,
+        )
+
+
+def _text(done: subprocess.CompletedProcess[bytes]) -> tuple[str, str]:
+    return done.stdout.decode(), done.stderr.decode()
+
+
+@pytest.mark.spec("INSPECT-1", "INSPECT-2")
+async def test_inspect_lists_nodes_spots_and_actors(store_dsn: str) -> None:
+    """The text listing names the node record (generation, state, endpoints, load, lease), the
+    Spot (id, generation, kind, type, owner RID) and the Actor (kind printed as ``actor``)."""
+    async with populated(store_dsn) as seen:
+        done = await run_cli("store", "inspect", "--dsn", store_dsn, "--mesh", seen.mesh)
+        out, err = _text(done)
+        assert 0 == done.returncode, err
+        assert f"mesh {seen.mesh}" in out
+        owner = seen.host.node_rid.value
+        node_line = next(line for line in out.splitlines() if "hand-written-node" in line)
+        assert f"generation {NODE_GENERATION}" in node_line
+        assert "serving" in node_line
+        assert "load 3" in node_line
+        assert "lease " in node_line
+        assert "application tcp://127.0.0.1:7001  completion tcp://127.0.0.1:7002" in out
+        spot_line = next(line for line in out.splitlines() if line.strip().startswith("room-1"))
+        assert f"generation {seen.spot_generation}" in spot_line
+        assert "user inspect.Room" in spot_line
+        assert f"owner {owner}" in spot_line
+        actor_line = next(line for line in out.splitlines() if seen.actor_id in line)
+        assert f"generation {seen.actor_generation}" in actor_line
+        assert "actor inspect.User" in actor_line
+        assert f"owner {owner}" in actor_line
+
+
+@pytest.mark.spec("INSPECT-1", "INSPECT-2", "INSPECT-4")
+async def test_inspect_json_holds_the_fields_with_generations_as_strings(store_dsn: str) -> None:
+    """``--json`` is one document; generations are decimal strings; without ``--mesh`` the mesh is
+    found under ``m/`` with the same records."""
+    async with populated(store_dsn) as seen:
+        done = await run_cli("store", "inspect", "--dsn", store_dsn, "--mesh", seen.mesh, "--json")
+        out, err = _text(done)
+        assert 0 == done.returncode, err
+        document = json.loads(out)
+        assert [seen.mesh] == list(document["meshes"])
+        mesh = document["meshes"][seen.mesh]
+        assert [] == mesh["undecodable"]
+        [node] = [node for node in mesh["nodes"] if node["rid"] == "hand-written-node"]
+        assert {
+            "key": f"m/{seen.mesh}/node/hand-written-node",
+            "rid": "hand-written-node",
+            "generation": str(NODE_GENERATION),
+            "state": "serving",
+            "application_endpoint": "tcp://127.0.0.1:7001",
+            "completion_endpoint": "tcp://127.0.0.1:7002",
+            "types": ["inspect.Room"],
+            "load": 3,
+        } == {name: value for name, value in node.items() if name != "lease_remaining"}
+        assert 0 < node["lease_remaining"] <= 30
+        [spot] = [spot for spot in mesh["spots"] if spot["spot_id"] == "room-1"]
+        assert str(seen.spot_generation) == spot["generation"]
+        assert "user" == spot["kind"]
+        assert "inspect.Room" == spot["type"]
+        assert seen.host.node_rid.value == spot["owner"]
+        assert isinstance(spot["owner_generation"], str)
+        assert int(spot["owner_generation"]) > 0
+        [actor] = [actor for actor in document["actors"] if actor["actor_id"] == seen.actor_id]
+        assert f"actor/{seen.actor_id}" == actor["key"]
+        assert str(seen.actor_generation) == actor["generation"]
+        assert "actor" == actor["kind"]
+        assert "inspect.User" == actor["type"]
+        assert seen.host.node_rid.value == actor["owner"]
+
+        every = await run_cli("store", "inspect", "--dsn", store_dsn, "--json")
+        assert 0 == every.returncode, every.stderr.decode()
+        assert mesh["spots"] == json.loads(every.stdout)["meshes"][seen.mesh]["spots"]
+
+
+@pytest.mark.spec("INSPECT-3")
+async def test_undecodable_records_are_listed_not_fatal(store_dsn: str) -> None:
+    """Bad bytes under a Spot key and a node key are listed with their keys; exit 0."""
+    mesh = f"inspect-{uuid.uuid4().hex[:8]}"
+    await put_raw(store_dsn, f"m/{mesh}/spot/x", b"\xff\x00 not cbor")
+    await put_raw(store_dsn, f"m/{mesh}/node/broken", b"\xa0")  # an empty CBOR map
+    done = await run_cli("store", "inspect", "--dsn", store_dsn, "--mesh", mesh)
+    out, err = _text(done)
+    assert 0 == done.returncode, err
+    assert "undecodable (2):" in out
+    assert f"m/{mesh}/spot/x:" in out
+    assert f"m/{mesh}/node/broken:" in out
+    assert "spots (0):" in out
+
+    as_json = await run_cli("store", "inspect", "--dsn", store_dsn, "--mesh", mesh, "--json")
+    assert 0 == as_json.returncode, as_json.stderr.decode()
+    view = json.loads(as_json.stdout)["meshes"][mesh]
+    assert {f"m/{mesh}/spot/x", f"m/{mesh}/node/broken"} == {
+        item["key"] for item in view["undecodable"]
+    }
+    assert ([], []) == (view["nodes"], view["spots"])
+
+
+@pytest.mark.spec("INSPECT-5")
+async def test_without_a_store_the_command_refuses_with_status_2() -> None:
+    """No ``--dsn`` and no ``ZLINK_STORE_DSN``: a clear message, exit 2, no embedded server."""
+    done = await run_cli("store", "inspect", "--mesh", "anything")
+    out, err = _text(done)
+    assert 2 == done.returncode
+    assert "no store to inspect: pass --dsn or set ZLINK_STORE_DSN" in err
+    assert "Traceback" not in err
+    assert "" == out
+
+
+@pytest.mark.spec("INSPECT-6")
+async def test_an_unreachable_store_is_one_line_and_status_1() -> None:
+    """A DSN nobody answers: one line on stderr naming where, no password, exit 1."""
+    done = await run_cli(
+        "store", "inspect", "--dsn", "postgresql://nobody:hunter2@127.0.0.1:1/none"
+    )
+    out, err = _text(done)
+    assert 1 == done.returncode
+    assert "Traceback" not in err
+    assert 1 == len(err.strip().splitlines()), err
+    assert "127.0.0.1:1/none" in err
+    assert "hunter2" not in err
+    assert "" == out
+
+
+@pytest.mark.spec("INSPECT-6")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("store",),
+        ("store", "inspect", "--mesh", ""),
+        ("store", "inspect", "--frobnicate"),
+        ("store", "peek"),
+    ],
+)
+async def test_bad_arguments_are_usage_errors(args: tuple[str, ...]) -> None:
+    """Bad arguments are argparse's usage error: exit 2, usage on stderr, no traceback."""
+    done = await run_cli(*args)
+    _out, err = _text(done)
+    assert 2 == done.returncode
+    assert "usage: zlink-trio" in err
+    assert "Traceback" not in err

@@ -1,0 +1,315 @@
+"""``zlink-trio store inspect``: what the Location Store holds, read-only (specs/inspect.md).
+
+It reads three kinds of record and writes nothing:
+
+    m/<mesh>/node/<rid>     a node run's record (``membership.NodeRecord``, MESH-1)
+    m/<mesh>/spot/<id>      a Spot's authority record (``authority.SpotRecord``)
+    actor/<id>              an Actor's authority record; Actor ids are global, so no mesh prefix
+
+Every scan pages with its cursor on one snapshot and starts again when the snapshot expired. A
+record that does not decode is listed as undecodable with its key: one bad writer must not hide
+the rest of the store (INSPECT-3). Other keys under a mesh (generation counters) are not shown.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import attrs
+import trio
+
+from zlink_trio._integration.store import Expired, Record, StoreConfig, Stores, open_stores
+from zlink_trio._integration.store.config import describe_dsn
+from zlink_trio._runtime.authority import SpotRecord
+from zlink_trio._runtime.membership import NodeRecord
+from zlink_trio.errors import ConfigurationError, ZLinkError
+from zlink_trio.ids import MeshName, SpotKind
+
+__all__ = ["InspectError", "Snapshot", "inspect", "render_json", "render_text"]
+
+PAGE_LIMIT = 500
+"""Records asked for per scan page."""
+SCAN_RESTARTS = 5
+"""How often one scan starts again after its snapshot expired before the command gives up."""
+STORE_TIMEOUT = 10.0
+"""Seconds allowed for opening the store and for each store call."""
+
+MESH_PREFIX = "m/"
+ACTOR_PREFIX = "actor/"
+
+
+class InspectError(Exception):
+    """The store could not be read; the message is one line for people."""
+
+
+@attrs.frozen
+class Undecodable:
+    key: str
+    error: str
+
+
+@attrs.frozen
+class NodeRow:
+    key: str
+    record: NodeRecord
+    lease_remaining: float | None
+    """Seconds until the record's lease expires, on the store clock; ``None`` when durable."""
+
+
+@attrs.frozen
+class AuthorityRow:
+    key: str
+    object_id: str
+    record: SpotRecord
+    lease_remaining: float | None
+
+
+@attrs.frozen
+class MeshView:
+    name: str
+    nodes: list[NodeRow] = attrs.field(factory=list)
+    spots: list[AuthorityRow] = attrs.field(factory=list)
+    undecodable: list[Undecodable] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class Snapshot:
+    """What one inspection read: meshes by name, and the global Actor records."""
+
+    store_now: datetime | None
+    meshes: dict[str, MeshView]
+    actors: list[AuthorityRow]
+    actor_undecodable: list[Undecodable]
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
+
+
+def _remaining(record: Record, store_now: datetime) -> float | None:
+    if record.expires_at is None:
+        return None
+    return (record.expires_at - store_now).total_seconds()
+
+
+async def _scan_all(stores: Stores, prefix: str) -> tuple[list[Record], datetime | None]:
+    """Every live record under ``prefix`` from one snapshot, with that snapshot's clock."""
+    for _attempt in range(SCAN_RESTARTS):
+        records: list[Record] = []
+        store_now: datetime | None = None
+        cursor: str | None = None
+        while True:
+            page = await stores.location.scan(prefix, PAGE_LIMIT, cursor)
+            if isinstance(page, Expired):
+                break
+            records.extend(page.records)
+            store_now = page.store_now if store_now is None else store_now
+            cursor = page.cursor
+            if cursor is None:
+                return records, store_now
+    raise InspectError(f"the scan of {prefix!r} kept expiring; try again")
+
+
+def _node_row(record: Record, store_now: datetime) -> NodeRow | Undecodable:
+    try:
+        decoded = NodeRecord.decode(record.value)
+    except Exception as error:  # a bad record of any shape is reported, never raised
+        return Undecodable(record.key, _one_line(error))
+    return NodeRow(record.key, decoded, _remaining(record, store_now))
+
+
+def _authority_row(
+    record: Record, object_id: str, store_now: datetime
+) -> AuthorityRow | Undecodable:
+    try:
+        decoded = SpotRecord.decode(record.value)
+    except Exception as error:  # cbor2 and the id types raise several unrelated types
+        return Undecodable(record.key, _one_line(error))
+    return AuthorityRow(record.key, object_id, decoded, _remaining(record, store_now))
+
+
+def _file_mesh_record(
+    meshes: dict[str, MeshView], mesh: str, rest: str, record: Record, store_now: datetime
+) -> None:
+    view = meshes.setdefault(mesh, MeshView(mesh))
+    kind, _, name = rest.partition("/")
+    if kind == "node" and name:
+        node = _node_row(record, store_now)
+        if isinstance(node, Undecodable):
+            view.undecodable.append(node)
+        else:
+            view.nodes.append(node)
+    elif kind == "spot" and name:
+        spot = _authority_row(record, name, store_now)
+        if isinstance(spot, Undecodable):
+            view.undecodable.append(spot)
+        else:
+            view.spots.append(spot)
+
+
+async def _read(stores: Stores, mesh: MeshName | None) -> Snapshot:
+    prefix = MESH_PREFIX if mesh is None else f"{MESH_PREFIX}{mesh.value}/"
+    mesh_records, mesh_now = await _scan_all(stores, prefix)
+    actor_records, actor_now = await _scan_all(stores, ACTOR_PREFIX)
+    meshes: dict[str, MeshView] = {}
+    if mesh is not None:
+        meshes[mesh.value] = MeshView(mesh.value)
+    for record in mesh_records:
+        assert mesh_now is not None  # a page with records has a clock
+        if mesh is None:
+            name, _, rest = record.key[len(MESH_PREFIX) :].partition("/")
+        else:
+            name, rest = mesh.value, record.key[len(prefix) :]
+        _file_mesh_record(meshes, name, rest, record, mesh_now)
+    actors: list[AuthorityRow] = []
+    actor_undecodable: list[Undecodable] = []
+    for record in actor_records:
+        assert actor_now is not None
+        actor = _authority_row(record, record.key[len(ACTOR_PREFIX) :], actor_now)
+        if isinstance(actor, Undecodable):
+            actor_undecodable.append(actor)
+        else:
+            actors.append(actor)
+    store_now = mesh_now or actor_now
+    return Snapshot(store_now, dict(sorted(meshes.items())), actors, actor_undecodable)
+
+
+async def _inspect(dsn: str, mesh: MeshName | None) -> Snapshot:
+    config = StoreConfig(
+        dsn=dsn,
+        pool_min_size=1,
+        pool_max_size=3,
+        operation_timeout=STORE_TIMEOUT,
+        startup_timeout=STORE_TIMEOUT,
+        notifications=False,
+    )
+    async with open_stores(config) as stores:
+        return await _read(stores, mesh)
+
+
+def inspect(dsn: str, mesh: MeshName | None) -> Snapshot:
+    """Read the store at ``dsn`` (one mesh, or every mesh); ``InspectError`` when it cannot."""
+    try:
+        return trio.run(_inspect, dsn, mesh)
+    except InspectError:
+        raise
+    except (ZLinkError, ConfigurationError, OSError) as error:
+        raise InspectError(
+            f"cannot read the store at {describe_dsn(dsn)}: {_one_line(error)}"
+        ) from None
+    except Exception as error:  # a driver error of any type: one line, not a traceback
+        raise InspectError(
+            f"cannot read the store at {describe_dsn(dsn)}: {type(error).__name__}: "
+            f"{_one_line(error)}"
+        ) from None
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def _kind_name(kind: SpotKind) -> str:
+    return "actor" if kind is SpotKind.INVALID else kind.name.lower()
+
+
+def _lease(seconds: float | None) -> str:
+    return "durable" if seconds is None else f"lease {seconds:.1f}s"
+
+
+def _node_json(row: NodeRow) -> dict[str, object]:
+    record = row.record
+    return {
+        "key": row.key,
+        "rid": record.rid.value,
+        "generation": str(record.generation.value),
+        "state": record.state,
+        "application_endpoint": record.application_endpoint,
+        "completion_endpoint": record.completion_endpoint,
+        "types": [name.value for name in record.types],
+        "load": record.load,
+        "lease_remaining": row.lease_remaining,
+    }
+
+
+def _authority_json(row: AuthorityRow, id_field: str) -> dict[str, object]:
+    record = row.record
+    return {
+        "key": row.key,
+        id_field: row.object_id,
+        "generation": record.generation.to_json(),
+        "kind": _kind_name(record.kind),
+        "type": record.type_name.value,
+        "state": record.state,
+        "owner": record.owner.value,
+        "owner_generation": str(record.owner_generation.value),
+        "lease_remaining": row.lease_remaining,
+    }
+
+
+def _undecodable_json(items: list[Undecodable]) -> list[dict[str, str]]:
+    return [{"key": item.key, "error": item.error} for item in items]
+
+
+def render_json(snapshot: Snapshot) -> str:
+    """One JSON document; generations are decimal strings (ID rules, seed 000)."""
+    document = {
+        "store_now": None if snapshot.store_now is None else snapshot.store_now.isoformat(),
+        "meshes": {
+            name: {
+                "nodes": [_node_json(row) for row in view.nodes],
+                "spots": [_authority_json(row, "spot_id") for row in view.spots],
+                "undecodable": _undecodable_json(view.undecodable),
+            }
+            for name, view in snapshot.meshes.items()
+        },
+        "actors": [_authority_json(row, "actor_id") for row in snapshot.actors],
+        "actor_undecodable": _undecodable_json(snapshot.actor_undecodable),
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+def _authority_line(row: AuthorityRow) -> str:
+    record = row.record
+    return (
+        f"{row.object_id}  generation {record.generation.value}  {_kind_name(record.kind)} "
+        f"{record.type_name.value}  {record.state}  owner {record.owner.value} "
+        f"(node generation {record.owner_generation.value})  {_lease(row.lease_remaining)}"
+    )
+
+
+def _undecodable_lines(items: list[Undecodable], indent: str) -> list[str]:
+    if not items:
+        return []
+    lines = [f"{indent}undecodable ({len(items)}):"]
+    lines.extend(f"{indent}  {item.key}: {item.error}" for item in items)
+    return lines
+
+
+def render_text(snapshot: Snapshot) -> str:
+    """The human-readable listing: one block per mesh, then the global Actor records."""
+    lines: list[str] = []
+    if snapshot.store_now is not None:
+        lines.append(f"store clock {snapshot.store_now.isoformat()}")
+    if not snapshot.meshes:
+        lines.append("no meshes")
+    for name, view in snapshot.meshes.items():
+        lines.append(f"mesh {name}")
+        lines.append(f"  nodes ({len(view.nodes)}):")
+        for node in view.nodes:
+            record = node.record
+            lines.append(
+                f"    {record.rid.value}  generation {record.generation.value}  {record.state}  "
+                f"load {record.load}  {_lease(node.lease_remaining)}"
+            )
+            lines.append(
+                f"      application {record.application_endpoint or '-'}  "
+                f"completion {record.completion_endpoint or '-'}"
+            )
+        lines.append(f"  spots ({len(view.spots)}):")
+        lines.extend(f"    {_authority_line(spot)}" for spot in view.spots)
+        lines.extend(_undecodable_lines(view.undecodable, "  "))
+    lines.append(f"actors, all meshes ({len(snapshot.actors)}):")
+    lines.extend(f"  {_authority_line(actor)}" for actor in snapshot.actors)
+    lines.extend(_undecodable_lines(snapshot.actor_undecodable, ""))
+    return "\n".join(lines)
