@@ -530,9 +530,8 @@ async def test_actor_ids_are_global_and_the_record_holds_no_membership(store_dsn
             before = await stores.location.read(f"actor/{player}")
             assert isinstance(before, Found)
             record = cbor2.loads(before.value)
-            assert {"owner", "owner_generation", "generation", "kind", "type", "state"} == set(
-                record
-            )
+            fields = {"owner", "owner_generation", "generation", "kind", "type", "state", "mesh"}
+            assert fields == set(record)
             await first.spots.get_or_create(room, "act.Room").submit()
             await first.route.send_to_actor(player, Join(room)).submit()
             await completed()

@@ -22,6 +22,11 @@ Rule 3: changes are conditional on the version the owner wrote, so a stale owner
 overwrite or delete a newer incarnation's record.
 Rule 4: a store call that was cancelled has an unknown outcome (DEC-17); the runtime settles it by
 reading the record again (``forget_if_ours``), never by assuming.
+Rule 5: a dead owner's record can be taken over. Once ``check_liveness`` is on (the host's
+membership runs), a claim that finds a record whose owner run has no live node record in the
+owner's mesh (``m/<mesh>/node/<rid>`` with that generation) replaces it, conditional on the
+version it read, with the next generation: a Spot or Actor of a killed host is activated again
+elsewhere and its generation only grows (GLOBAL rules in specs/global.md).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from zlink_trio._integration.store import (
     LocationStore,
     Put,
 )
+from zlink_trio._runtime.membership import NodeRecord
 from zlink_trio.ids import (
     ActorId,
     MeshName,
@@ -70,6 +76,8 @@ class SpotRecord:
     kind: SpotKind
     type_name: StableTypeName
     state: str
+    mesh: MeshName | None = None
+    """The owner's mesh (Actor records live outside every mesh prefix, so they say it)."""
 
     def encode(self) -> bytes:
         """The CBOR bytes stored at the record's key."""
@@ -81,6 +89,7 @@ class SpotRecord:
                 "kind": int(self.kind),
                 "type": self.type_name.value,
                 "state": self.state,
+                **({} if self.mesh is None else {"mesh": self.mesh.value}),
             }
         )
 
@@ -95,6 +104,7 @@ class SpotRecord:
             SpotKind(data["kind"]),
             StableTypeName(data["type"]),
             data["state"],
+            MeshName(data["mesh"]) if "mesh" in data else None,
         )
 
 
@@ -129,6 +139,9 @@ class SpotAuthority:
         self._prefix = f"m/{mesh.value}/"
         self._node_rid = node_rid
         self._node_generation = node_generation
+        self._mesh = mesh
+        self.check_liveness = False
+        """Take over records of owners that are not live; on once membership runs (Rule 5)."""
 
     def _record_key(self, target: SpotId | ActorId) -> str:
         if isinstance(target, ActorId):
@@ -154,8 +167,13 @@ class SpotAuthority:
         generation_key = self._generation_key(spot_id)
         while True:
             current = await self._store.read(record_key)
+            held: IfMissing | IfVersion = IfMissing(record_key)
             if isinstance(current, Found):
-                return Held(SpotRecord.decode(current.value))
+                holder = SpotRecord.decode(current.value)
+                if not await self._is_stale(holder):
+                    return Held(holder)
+                _log.info("taking over %s from %s, which is not live", spot_id, holder.owner)
+                held = IfVersion(record_key, current.version)
             counter = await self._store.read(generation_key)
             if isinstance(counter, Found):
                 last = int(cbor2.loads(counter.value))
@@ -170,16 +188,36 @@ class SpotAuthority:
                 kind,
                 type_name,
                 ACTIVATING,
+                self._mesh,
             )
             written = await self._store.write(
                 Batch(
-                    [IfMissing(record_key), counted],
+                    [held, counted],
                     [Put(record_key, record.encode()), Put(generation_key, cbor2.dumps(last + 1))],
                 )
             )
             if isinstance(written, Applied):
                 return Claim(spot_id, record, written.versions[0])
             # Someone else wrote first: read again and either see their record or retry.
+
+    async def is_stale(self, record: SpotRecord) -> bool:
+        """Whether ``record``'s owner run has no live node record (Rule 5)."""
+        return await self._is_stale(record)
+
+    async def _is_stale(self, record: SpotRecord) -> bool:
+        if not self.check_liveness:
+            return False
+        if record.owner == self._node_rid and record.owner_generation == self._node_generation:
+            return False
+        mesh = self._mesh if record.mesh is None else record.mesh
+        found = await self._store.read(f"m/{mesh.value}/node/{record.owner.value}")
+        if not isinstance(found, Found):
+            return True
+        try:
+            node = NodeRecord.decode(found.value)
+        except ValueError:
+            return True
+        return node.generation != record.owner_generation
 
     async def mark_ready(self, claim: Claim) -> Claim:
         """Record that the claimed incarnation is Ready; ``None`` never: a lost record raises."""

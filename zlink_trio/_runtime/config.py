@@ -107,6 +107,9 @@ class HostConfig:
     mailbox_limit: int = 65536
     """Most messages one Spot's or Actor's own queue holds, 1..2**31-1; a request finding it
     full ends with ``CAPACITY_EXCEEDED``, a send waits for room (ERR-5.10, CMP-5.1)."""
+    bind_host: str = "127.0.0.1"
+    """The address the transport binds its two endpoints on (ports chosen by the OS); peers
+    reach this host at the endpoints it publishes in its node record."""
     node_lease: float = 10.0
     """Lease of this host's node record in the store: peers stop routing to it this long after
     its last renewal (MESH-3); it is renewed every third of it."""
@@ -121,6 +124,7 @@ class HostConfig:
             _problem(check_timeout, self.request_timeout, "request_timeout"),
             _problem(check_timeout, self.closing_timeout, "closing_timeout"),
             _problem(check_timeout, self.node_lease, "node_lease"),
+            _problem(_check_bind_host, self.bind_host),
             _problem(_check_optional_timeout, self.instance_idle_timeout, "instance_idle_timeout"),
             _problem(_check_queue_size, self.app_job_queue_size),
             _problem(_check_mailbox_limit, self.mailbox_limit),
@@ -134,6 +138,13 @@ class HostConfig:
     def mesh_name(self) -> MeshName:
         """The mesh as a :class:`MeshName`."""
         return self.mesh if isinstance(self.mesh, MeshName) else MeshName(self.mesh)
+
+
+def _check_bind_host(value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"bind_host takes a str, not {type(value).__name__}")
+    if not value or any(c in value for c in "/: \t"):
+        raise ValueError(f"bind_host must be a host name or IPv4 address, got {value!r}")
 
 
 def _check_dsn_type(value: object) -> None:

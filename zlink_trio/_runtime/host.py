@@ -5,8 +5,11 @@ REG-5.1, REG-5.11; specs/api.md API-16, API-17).
 The task tree (DESIGN §2): ``open_host`` owns one nursery holding
 
     the store task            opens the stores and keeps them open until it is told to close
-    the membership task       publishes this host's node record under a lease and watches its
-                              peers (membership.py); withdrawn after the last activation closed
+    the transport task        the RouteMesh (application and completion ROUTERs, a DEALER pair
+                              per peer); closed after the last activation closed
+    the membership task       publishes this host's node record (with the transport's endpoints)
+                              under a lease and watches its peers (membership.py)
+    the remote task           peers -> transport, the routing cache, inbound requests (remote.py)
     the completion lane       CompletionDispatcher.run
     the activations task      owns the activations nursery; every Spot's task runs inside it
 
@@ -20,13 +23,14 @@ waiting does not stop it (SHUT-4.10); every ``shutdown()`` call waits for that o
 
 1. seal admission: every new operation, worker calls included, raises SHUTTING_DOWN (SHUT-4.6),
    and mark the node record ``draining`` so peers place nothing new here (MESH-18);
-2. settle every call still in flight with SHUTTING_DOWN (SHUT-4.7), so a turn waiting for a reply
-   ends instead of holding its gate until the closing deadline;
+2. settle every call still in flight with SHUTTING_DOWN (SHUT-4.7), local and remote, so a turn
+   waiting for a reply ends instead of holding its gate until the closing deadline;
 3. seal every Actor's queue (what was queued is dropped; its calls were settled in stage 2), then
    close every activation with HOST_SHUTDOWN and one deadline, ``closing_timeout`` from now:
    ``on_closing`` runs while the Spot is still registered and holds its store record (SHUT-4.8,
    SHUT-7.3), then the activation releases its record;
-4. withdraw the node record (the membership task ends), then drain the completion lane;
+4. stop serving peers (the remote task ends, the transport closes), withdraw the node record
+   (the membership task ends), then drain the completion lane;
 5. close the store;
 6. publish the final result: ``shutdown()`` returns and ``open_host`` exits; nothing starts after
    (SHUT-4.4).
@@ -43,6 +47,7 @@ import trio
 
 from zlink_trio._exception_groups import sole_error
 from zlink_trio._integration.store import StoreConfig, Stores, open_stores
+from zlink_trio._integration.transport import MeshConfig, RouteMesh, open_route_mesh
 from zlink_trio._runtime.activation import Activation
 from zlink_trio._runtime.actors import ActorManager
 from zlink_trio._runtime.application import Application
@@ -51,6 +56,7 @@ from zlink_trio._runtime.completion import CompletionDispatcher, shutting_down
 from zlink_trio._runtime.config import HostConfig
 from zlink_trio._runtime.membership import DRAINING, Membership, NodeRecord
 from zlink_trio._runtime.node import LocalNode
+from zlink_trio._runtime.remote import Remote
 from zlink_trio._runtime.route import Route
 from zlink_trio._runtime.spots import SpotManager
 from zlink_trio._runtime.worker_calls import Workers
@@ -120,6 +126,11 @@ class _TaskTree:
         self._activations_closed = trio.Event()
         self._membership_scope = trio.CancelScope()
         self._membership_ended = trio.Event()
+        self._close_transport = trio.Event()
+        self._transport_closed = trio.Event()
+        self._remote_scope = trio.CancelScope()
+        self._remote_ended = trio.Event()
+        self.remote: Remote | None = None
         self.membership: Membership | None = None
         self._started = False
         self.finished = trio.Event()
@@ -161,6 +172,29 @@ class _TaskTree:
         finally:
             self._membership_ended.set()
 
+    async def run_transport(
+        self,
+        config: MeshConfig,
+        remote: Remote,
+        *,
+        task_status: trio.TaskStatus[RouteMesh] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            async with open_route_mesh(config, remote.on_message) as mesh:
+                task_status.started(mesh)
+                await self._close_transport.wait()
+        finally:
+            self._transport_closed.set()
+
+    async def run_remote(
+        self, remote: Remote, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            with self._remote_scope:
+                await remote.run(task_status=task_status)
+        finally:
+            self._remote_ended.set()
+
     async def shutdown(self, node: LocalNode) -> None:
         if not self._started and not self.finished.is_set():
             self._started = True
@@ -173,6 +207,8 @@ class _TaskTree:
             node.workers.close()
             if self.membership is not None:
                 self.membership.update(state=DRAINING)
+            if self.remote is not None:
+                self.remote.settle_all()
             settled = node.dispatcher.settle_all(shutting_down())
             _log.debug("shutdown settled %d calls in flight", settled)
             deadline = trio.current_time() + node.config.closing_timeout
@@ -190,6 +226,12 @@ class _TaskTree:
                     await activation.closed.wait()
             self._close_activations.set()
             await self._activations_closed.wait()
+            # Peers are served no more: inbound work ends, the transport closes.
+            self._remote_scope.cancel()
+            self._close_transport.set()
+            if self.remote is not None:
+                await self._remote_ended.wait()
+                await self._transport_closed.wait()
             # The membership withdraws its record as it ends (bounded, shielded).
             self._membership_scope.cancel()
             await self._membership_ended.wait()
@@ -198,6 +240,8 @@ class _TaskTree:
         finally:
             # Even when the host nursery is being cancelled (a part crashed), the store still
             # closes and the result is published, so no waiter of shutdown() is left behind.
+            self._remote_scope.cancel()
+            self._close_transport.set()
             self._membership_scope.cancel()
             self._close_store.set()
             try:
@@ -254,17 +298,43 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                 None,
             )
             node.entry = entry
+            # The transport first, so the node record carries its endpoints from the first
+            # write; published once the host can serve (MESH-18), then peers are followed.
+            membership = Membership(
+                stores.location,
+                config.mesh_name,
+                NodeRecord(
+                    node_rid,
+                    node_generation,
+                    types=[t.name for t in registry.spot_types.values()],
+                ),
+                lease=config.node_lease,
+            )
+            remote = Remote(node, stores.location, membership)
+            bind = f"tcp://{config.bind_host}:*"
+            mesh = await nursery.start(
+                tree.run_transport,
+                MeshConfig(
+                    mesh=config.mesh_name,
+                    node_rid=node_rid,
+                    generation=node_generation,
+                    application_bind=bind,
+                    completion_bind=bind,
+                ),
+                remote,
+            )
+            remote.mesh = mesh
+            membership.update(
+                application_endpoint=mesh.application_endpoint,
+                completion_endpoint=mesh.completion_endpoint,
+            )
             await activations.start(entry.run)
-            # Published once the host can serve; it has no transport endpoints yet (MESH-18).
-            record = NodeRecord(
-                node_rid,
-                node_generation,
-                types=[t.name for t in registry.spot_types.values()],
-            )
-            tree.membership = Membership(
-                stores.location, config.mesh_name, record, lease=config.node_lease
-            )
-            await nursery.start(tree.run_membership, tree.membership)
+            tree.membership = membership
+            await nursery.start(tree.run_membership, membership)
+            node.authority.check_liveness = True
+            tree.remote = remote
+            node.remote = remote
+            await nursery.start(tree.run_remote, remote)
             host = Host(node, tree)
             try:
                 yield host

@@ -19,6 +19,7 @@ first in its new mailbox. A request spends its deadline on the permit wait too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ from zlink_trio._runtime.gate import current_turn
 from zlink_trio._runtime.handlers import HandlerKind
 from zlink_trio._runtime.mailbox import Envelope
 from zlink_trio._runtime.node import LocalNode
+from zlink_trio._runtime.remote import STALE, Owner
 from zlink_trio._runtime.spot import MessageContext
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, MeshName, SpotId, SpotKind, StableTypeName
@@ -54,8 +56,11 @@ async def send(
     metadata: Mapping[str, str],
     instance: InstanceChoice | None,
     mesh: MeshName | None,
+    *,
+    local: bool = False,
 ) -> None:
-    """Admit a one-way message into the target Spot's mailbox (Rule 1)."""
+    """Admit a one-way message into the target Spot's mailbox, here or at its owner (Rule 1;
+    remote.py Rule 3). ``local``: inbound from a peer, never forwarded (remote.py Rule 4)."""
     node.check_admitting()
     node.check_mesh(mesh)
     jobs = node.jobs
@@ -63,16 +68,29 @@ async def send(
     # checkpoint; only a shortage waits.
     if not jobs.try_acquire():
         await jobs.acquire()
+    held = True
     try:
-        found = _resolve_now(node, spot_id, type(message), HandlerKind.PACKET, instance)
-        if isinstance(found, Activation):
-            found = await _resolve(node, spot_id, type(message), HandlerKind.PACKET, instance)
+        found = _resolve_now(node, spot_id, type(message), HandlerKind.PACKET, instance, local)
+        if not isinstance(found, tuple):
+            located = await _locate(
+                node, spot_id, type(message), HandlerKind.PACKET, instance, local, math.inf
+            )
+            if isinstance(located, Owner):
+                # A remote target's queue is at its owner: no local permit is held for it.
+                held = False
+                jobs.release()
+                remote = node.remote
+                assert remote is not None  # an Owner comes only from it
+                await remote.send(located, spot_id, message, metadata, _type_of(instance))
+                return
+            found = located
         activation, handler = found
         envelope = Envelope(message, handler, MessageContext(spot_id, metadata), None)
         if not activation.try_put(envelope):
             await activation.put(envelope)
     except BaseException:
-        jobs.release()
+        if held:
+            jobs.release()
         raise
 
 
@@ -85,36 +103,51 @@ async def request(
     instance: InstanceChoice | None,
     mesh: MeshName | None,
     time_limit: float,
+    *,
+    local: bool = False,
 ) -> object:
-    """Send a request and wait for the one result that settles first (Rule 2)."""
+    """Send a request and wait for the one result that settles first (Rule 2), here or at the
+    target's owner (remote.py Rule 3)."""
     node.check_admitting()
     node.check_mesh(mesh)
     deadline = trio.current_time() + time_limit
     await _job_permit(node, deadline, spot_id)
+    held = True
     try:
-        found = _resolve_now(node, spot_id, type(message), HandlerKind.REQUEST, instance)
-        if isinstance(found, Activation):
-            # Only waiting for a closing incarnation takes time before admission, so only that
-            # wait needs a scope of its own to spend from the deadline.
-            resolved: tuple[Activation, Handler] | None = None
-            with trio.move_on_at(deadline):
-                resolved = await _resolve(
-                    node, spot_id, type(message), HandlerKind.REQUEST, instance
+        found = _resolve_now(node, spot_id, type(message), HandlerKind.REQUEST, instance, local)
+        if not isinstance(found, tuple):
+            located = await _locate(
+                node, spot_id, type(message), HandlerKind.REQUEST, instance, local, deadline
+            )
+            if isinstance(located, Owner):
+                held = False
+                node.jobs.release()
+                remote = node.remote
+                assert remote is not None  # an Owner comes only from it
+                return await remote.request(
+                    located,
+                    spot_id,
+                    message,
+                    reply_type,
+                    metadata,
+                    _type_of(instance),
+                    deadline,
                 )
-            if resolved is None:
-                raise _deadline(spot_id)
-            found = resolved
+            found = located
         activation, handler = found
         entry = node.dispatcher.register()
         try:
             activation.offer(
-                Envelope(message, handler, MessageContext(spot_id, metadata), entry.route)
+                Envelope(
+                    message, handler, MessageContext(spot_id, metadata, None, deadline), entry.route
+                )
             )
         except BaseException:
             node.dispatcher.pop(entry.route)
             raise
     except BaseException:
-        node.jobs.release()
+        if held:
+            node.jobs.release()
         raise
     # Outside the scope above: only _settle's own scope may turn the deadline into a result,
     # after the pop race, so a reply that won the slot is never reported as a timeout.
@@ -127,11 +160,73 @@ async def request(
     return reply
 
 
+def _type_of(instance: InstanceChoice | None) -> StableTypeName | None:
+    if instance is None:
+        return None
+    if instance.type_name is not None:
+        return instance.type_name
+    raise ZLinkError(
+        ErrorKind.INVALID_OPERATION,
+        "instance_spot() without a type cannot reach a Spot on another host; name the type",
+    )
+
+
+async def _locate(
+    node: LocalNode,
+    spot_id: SpotId,
+    message_type: type,
+    kind: HandlerKind,
+    instance: InstanceChoice | None,
+    local: bool,
+    deadline: float,
+) -> tuple[Activation, Handler] | Owner:
+    """Where a target that is not ready here is: after its closing incarnation here, at a live
+    remote owner, or (with ``instance_spot()``) a new cold activation here (remote.py Rule 1)."""
+    while True:
+        found = _resolve_now(node, spot_id, message_type, kind, instance, local)
+        if isinstance(found, tuple):
+            return found
+        if isinstance(found, Activation):
+            with trio.move_on_at(deadline):
+                await found.closed.wait()
+                continue
+            raise _deadline(spot_id)
+        remote = node.remote
+        # _resolve_now returns None only for a call of this host that may go remote.
+        assert remote is not None
+        owner = await remote.owner_of(spot_id, deadline)
+        if isinstance(owner, Owner):
+            return owner
+        if owner is STALE and instance is None:
+            raise ZLinkError(ErrorKind.UNAVAILABLE, f"the owner of Spot {spot_id} is not live")
+        # No live owner anywhere: activate here (only with instance_spot(), else NOT_FOUND); the
+        # store's claim decides if another host does the same at once.
+        created = _resolve_now(node, spot_id, message_type, kind, instance, True)
+        if isinstance(created, tuple):
+            return created
+        if isinstance(created, Activation):
+            continue
+        raise ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {spot_id}")
+
+
 async def send_actor(
-    node: LocalNode, actor_id: ActorId, message: object, metadata: Mapping[str, str]
+    node: LocalNode,
+    actor_id: ActorId,
+    message: object,
+    metadata: Mapping[str, str],
+    *,
+    local: bool = False,
 ) -> None:
-    """Admit a one-way message into the Actor's queue (Rule 1; CMP-5.8)."""
+    """Admit a one-way message into the Actor's queue, here or at its owner (Rule 1; CMP-5.8)."""
     node.check_admitting()
+    actor = node.actors.get(actor_id)
+    if actor is None and not local and node.remote is not None:
+        owner = await node.remote.owner_of(actor_id, math.inf)
+        if isinstance(owner, Owner):
+            await node.remote.send(owner, actor_id, message, metadata, None)
+            return
+        if owner is STALE:
+            raise ZLinkError(ErrorKind.UNAVAILABLE, f"the owner of Actor {actor_id} is not live")
     await node.jobs.acquire()
     try:
         actor, handler = _resolve_actor(node, actor_id, type(message), HandlerKind.PACKET)
@@ -148,25 +243,35 @@ async def request_actor(
     reply_type: type,
     metadata: Mapping[str, str],
     time_limit: float,
+    *,
+    local: bool = False,
 ) -> object:
-    """A request to an Actor: one deadline, the first result wins (Rule 2)."""
+    """A request to an Actor: one deadline, the first result wins (Rule 2), here or at its
+    owner."""
     node.check_admitting()
     deadline = trio.current_time() + time_limit
+    if actor_id not in node.actors and not local and node.remote is not None:
+        owner = await node.remote.owner_of(actor_id, deadline)
+        if isinstance(owner, Owner):
+            return await node.remote.request(
+                owner, actor_id, message, reply_type, metadata, None, deadline
+            )
+        if owner is STALE:
+            raise ZLinkError(ErrorKind.UNAVAILABLE, f"the owner of Actor {actor_id} is not live")
     await _job_permit(node, deadline, None)
     try:
         actor, handler = _resolve_actor(node, actor_id, type(message), HandlerKind.REQUEST)
         turn = current_turn()
         if turn is not None and turn.actor is actor:
-            # Its own turn holds the Actor's FIFO claim: the request could never run (ACT-21).
+            # Its own turn holds the Actor's FIFO claim: the request could never run (ACT-17).
             raise ZLinkError(
                 ErrorKind.INVALID_OPERATION,
                 f"Actor {actor_id} cannot wait for a request to itself from its own turn",
             )
         entry = node.dispatcher.register()
         try:
-            actor.offer(
-                Envelope(message, handler, _actor_context(actor, actor_id, metadata), entry.route)
-            )
+            context = _actor_context(actor, actor_id, metadata, deadline)
+            actor.offer(Envelope(message, handler, context, entry.route))
         except BaseException:
             node.dispatcher.pop(entry.route)
             raise
@@ -182,8 +287,10 @@ async def request_actor(
     return reply
 
 
-def _actor_context(actor: Any, actor_id: ActorId, metadata: Mapping[str, str]) -> MessageContext:
-    return MessageContext(actor.spot.spot_id, metadata, actor_id)
+def _actor_context(
+    actor: Any, actor_id: ActorId, metadata: Mapping[str, str], deadline: float | None = None
+) -> MessageContext:
+    return MessageContext(actor.spot.spot_id, metadata, actor_id, deadline)
 
 
 def _resolve_actor(
@@ -264,28 +371,18 @@ def _instance_type(node: LocalNode, choice: InstanceChoice) -> SpotType:
     return candidates[0]
 
 
-async def _resolve(
-    node: LocalNode,
-    spot_id: SpotId,
-    message_type: type,
-    kind: HandlerKind,
-    instance: InstanceChoice | None,
-) -> tuple[Activation, Handler]:
-    while True:
-        found = _resolve_now(node, spot_id, message_type, kind, instance)
-        if not isinstance(found, Activation):
-            return found
-        await found.closed.wait()
-
-
 def _resolve_now(
     node: LocalNode,
     spot_id: SpotId,
     message_type: type,
     kind: HandlerKind,
     instance: InstanceChoice | None,
-) -> tuple[Activation, Handler] | Activation:
-    """The target and its handler, or the closing incarnation to wait for before looking again."""
+    create: bool,
+) -> tuple[Activation, Handler] | Activation | None:
+    """The local target and its handler; or the closing incarnation to wait for; or ``None``
+    when nothing here holds the id and ``create`` is false (the caller looks at the store).
+    With ``create`` (or without a remote side) a missing id is activated cold here when
+    ``instance_spot()`` asks for it, else ``NOT_FOUND``."""
     node.check_admitting()
     current = node.activations.get(spot_id)
     if current is not None:
@@ -303,6 +400,8 @@ def _resolve_now(
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {spot_id} is closing")
         # A closing incarnation still holds the id: activate the next one after it.
         return current
+    if not create and node.remote is not None:
+        return None
     if instance is None:
         raise ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {spot_id}")
     spot_type = _instance_type(node, instance)

@@ -24,6 +24,7 @@ from zlink_trio.ids import ActorId, MeshName, NodeGeneration, NodeRid, SpotId
 if TYPE_CHECKING:
     from zlink_trio._runtime.activation import Activation
     from zlink_trio._runtime.actor_activation import ActorActivation
+    from zlink_trio._runtime.remote import Remote
 
 __all__ = ["LocalNode"]
 
@@ -70,6 +71,8 @@ class LocalNode:
         self.live_actors: set[ActorActivation] = set()
         """Every Actor activation whose lane runs or is being created."""
         self._entry: Activation | None = None
+        self.remote: Remote | None = None
+        """Global addressing (remote.py); set once the transport and membership run."""
         self.admitting = True
 
     @property

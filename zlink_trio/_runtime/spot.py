@@ -130,6 +130,9 @@ class MessageContext:
     """The ``metadata(key, value)`` pairs the sender set."""
     actor_id: ActorId | None = None
     """The Actor that handles the message, or ``None`` for a message to a Spot."""
+    deadline: float | None = None
+    """For a request: when the caller stops waiting, on this host's Trio clock (comparable with
+    ``trio.current_time()``, usable with ``trio.move_on_at``); ``None`` for a one-way message."""
 
 
 @attrs.frozen

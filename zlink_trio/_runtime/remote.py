@@ -1,0 +1,392 @@
+"""Global addressing: reaching Spots and Actors owned by other hosts of the mesh (specs/global.md;
+specs/completion.md CMP-4.3, CMP-4.7, CMP-5.12, CMP-5.20; specs/errors.md ERR-5.11;
+specs/mesh.md MESH-19).
+
+Theory of operation.
+
+Rule 1: the store says who owns an id; the routing cache remembers it. A call whose target is not
+local reads the target's authority record (the resolve counts inside a request's deadline) and
+keeps ``id -> owner`` in a cache. The cache forgets an entry when a store change hint names its
+key, on a ``Resync``, when the owner's node record goes away (``PeerDown``), and when the owner
+answers that it has no such target, so the next call resolves again. Misses are never cached.
+Rule 2: an owner that is not live is nobody. A record whose owner's node record has lapsed is
+stale: a call to it ends with ``UNAVAILABLE`` (the owner is unreachable), and a claim may take it
+over (authority.py Rule 5), so a Spot of a killed host can be activated again elsewhere with a
+higher generation.
+Rule 3: the wire carries application messages as CBOR documents of their registered class;
+a remote send completes when the local transport queue took it (CMP-4.3) and nothing later
+changes its result; a remote request carries its remaining budget and ends with exactly one of
+the reply, the remote error's kind, ``DEADLINE_EXCEEDED``, ``UNAVAILABLE`` or ``SHUTTING_DOWN``.
+Nothing is re-sent automatically (CMP-5.20).
+Rule 4: inbound work is delivered locally only. A message that arrives for a target this host does
+not hold is not forwarded: a request gets ``NOT_FOUND`` (a stale route on the caller's side), a
+send is dropped and logged. A request's handler sees the caller's deadline as ``ctx.deadline``.
+Rule 5: peers come from membership. The transport connects to a peer when its node record shows
+endpoints and disconnects when the record goes away (MESH-19); a call waits, within its deadline,
+for the route to a live owner to come up.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import trio
+
+from zlink_trio._integration.store import Changed, LocationStore, Resync
+from zlink_trio._integration.transport import (
+    PeerAddress,
+    PeerRun,
+    RouteMesh,
+    RouteUp,
+)
+from zlink_trio._runtime.membership import Membership, PeerChanged, PeerDown, PeerUp
+from zlink_trio._wire import ErrorReply, OperationId, Reply, Request, Send
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
+
+if TYPE_CHECKING:
+    from zlink_trio._runtime.node import LocalNode
+
+__all__ = ["STALE", "Owner", "Remote"]
+
+_log = logging.getLogger("zlink_trio.runtime.remote")
+
+Target = SpotId | ActorId
+
+
+class _Stale:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "STALE"
+
+
+STALE = _Stale()
+"""``owner_of``'s answer for a record whose owner is not live (Rule 2)."""
+
+
+class Owner:
+    """A live remote owner of a target: the node to send to."""
+
+    __slots__ = ("node_rid",)
+
+    def __init__(self, node_rid: NodeRid) -> None:
+        self.node_rid = node_rid
+
+
+class Remote:
+    """This host's end of global addressing: the transport, the routing cache, inbound work."""
+
+    def __init__(self, node: LocalNode, store: LocationStore, membership: Membership) -> None:
+        self._node = node
+        self._store = store
+        self._membership = membership
+        self.mesh: RouteMesh | None = None
+        self._cache: dict[Target, NodeRid] = {}
+        self._route_waiters: dict[NodeRid, trio.Event] = {}
+        self._calls: set[trio.CancelScope] = set()
+        self._inbound: trio.Nursery | None = None
+        self._settled = False
+        self._spot_prefix = f"m/{node.mesh.value}/spot/"
+
+    # --- outbound ------------------------------------------------------------------------------
+
+    async def owner_of(self, target: Target, deadline: float) -> Owner | _Stale | None:
+        """The live remote owner of ``target``; ``STALE`` when its record names an owner that is
+        not live (Rule 2); ``None`` when the store has no record or the record is this host's
+        own. ``DEADLINE_EXCEEDED`` when the store does not answer in time, ``UNAVAILABLE`` when
+        it cannot be reached."""
+        cached = self._cache.get(target)
+        if cached is not None:
+            return Owner(cached)
+        node = self._node
+        record = None
+        with trio.move_on_at(deadline):
+            record = await node.authority.read(target)
+            if record is None:
+                return None
+            if record.owner == node.node_rid:
+                return None
+            known = self._membership.peers().get(record.owner)
+            if (
+                known is None or known.generation != record.owner_generation
+            ) and await node.authority.is_stale(record):
+                return STALE
+            self._cache[target] = record.owner
+            return Owner(record.owner)
+        raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"resolving {target} timed out")
+
+    def forget(self, target: Target) -> None:
+        """Drop ``target`` from the routing cache (Rule 1)."""
+        self._cache.pop(target, None)
+
+    async def _route_ready(self, owner: NodeRid, deadline: float) -> RouteMesh:
+        mesh = self._mesh()
+        while mesh.is_up(owner) is None:
+            event = self._route_waiters.get(owner)
+            if event is None:
+                event = self._route_waiters[owner] = trio.Event()
+            with trio.move_on_at(deadline):
+                await event.wait()
+            if mesh.is_up(owner) is None and trio.current_time() >= deadline:
+                raise ZLinkError(ErrorKind.UNAVAILABLE, f"no route to {owner}")
+        return mesh
+
+    def _mesh(self) -> RouteMesh:
+        if self.mesh is None or self._settled:
+            raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
+        return self.mesh
+
+    async def send(
+        self,
+        owner: Owner,
+        target: Target,
+        message: object,
+        metadata: Mapping[str, str],
+        instance_type: StableTypeName | None,
+    ) -> None:
+        """A one-way message to ``target`` at ``owner``: completes at local transport
+        admission (Rule 3). Waits for the route with no time bound of its own; the route's
+        loss or the owner's departure ends it with ``UNAVAILABLE``."""
+        name, payload = self._node.registry.messages.encode(message)
+        mesh = await self._route_ready(owner.node_rid, math.inf)
+        try:
+            await mesh.send(
+                owner.node_rid,
+                Send(target, name, payload, instance_type, tuple(metadata.items())),
+            )
+        except ZLinkError as error:
+            if error.kind is ErrorKind.UNAVAILABLE:
+                self.forget(target)
+            raise
+
+    async def request(
+        self,
+        owner: Owner,
+        target: Target,
+        message: object,
+        reply_type: type,
+        metadata: Mapping[str, str],
+        instance_type: StableTypeName | None,
+        deadline: float,
+    ) -> object:
+        """A request to ``target`` at ``owner``; its reply decoded (Rule 3)."""
+        name, payload = self._node.registry.messages.encode(message)
+        with trio.CancelScope() as scope:
+            self._calls.add(scope)
+            try:
+                mesh = await self._route_ready(owner.node_rid, deadline)
+                remaining = deadline - trio.current_time()
+                if remaining <= 0:
+                    raise ZLinkError(
+                        ErrorKind.DEADLINE_EXCEEDED, f"the request to {target} timed out"
+                    )
+                reply = await mesh.request(
+                    owner.node_rid,
+                    operation_id=OperationId.new(),
+                    target=target,
+                    message_type=name,
+                    payload=payload,
+                    timeout=remaining,
+                    instance_spot_type=instance_type,
+                    metadata=tuple(metadata.items()),
+                )
+            except ZLinkError as error:
+                if error.kind in (ErrorKind.NOT_FOUND, ErrorKind.UNAVAILABLE):
+                    self.forget(target)
+                raise
+            finally:
+                self._calls.discard(scope)
+        if scope.cancelled_caught:
+            raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
+        value = self._node.registry.messages.decode(reply.reply_type, reply.payload)
+        if not isinstance(value, reply_type):
+            raise ZLinkError(
+                ErrorKind.PROTOCOL_ERROR,
+                f"the reply is a {type(value).__qualname__}, not a {reply_type.__qualname__}",
+            )
+        return value
+
+    def settle_all(self) -> None:
+        """Shutdown: every remote request still waiting ends with ``SHUTTING_DOWN``."""
+        self._settled = True
+        for scope in list(self._calls):
+            scope.cancel()
+
+    # --- inbound -------------------------------------------------------------------------------
+
+    async def on_message(self, origin: PeerRun, message: Send | Request) -> None:
+        """The transport's application reader hands each message here (Rule 4)."""
+        if type(message) is Send:
+            await self._inbound_send(origin, message)
+            return
+        assert isinstance(message, Request)
+        nursery = self._inbound
+        if nursery is None:
+            self._answer(origin, message, ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving"))
+            return
+        nursery.start_soon(self._inbound_request, origin, message)
+
+    async def _inbound_send(self, origin: PeerRun, message: Send) -> None:
+        from zlink_trio._runtime import messaging
+
+        node = self._node
+        try:
+            decoded = node.registry.messages.decode(message.message_type, message.payload)
+            metadata = dict(message.metadata)
+            if isinstance(message.target, ActorId):
+                await messaging.send_actor(node, message.target, decoded, metadata, local=True)
+            else:
+                instance = (
+                    None
+                    if message.instance_spot_type is None
+                    else messaging.InstanceChoice(message.instance_spot_type)
+                )
+                await messaging.send(
+                    node, message.target, decoded, metadata, instance, None, local=True
+                )
+        except ZLinkError as error:
+            _log.info(
+                "a send from %s to %s was not admitted: %s", origin.node_rid, message.target, error
+            )
+
+    async def _inbound_request(self, origin: PeerRun, message: Request) -> None:
+        from zlink_trio._runtime import messaging
+
+        node = self._node
+        try:
+            decoded = node.registry.messages.decode(message.message_type, message.payload)
+            # The caller checks the reply's class; here any declared message passes through.
+            handler_reply = object
+            metadata = dict(message.metadata)
+            budget = max(message.budget_us, 1) / 1_000_000
+            if isinstance(message.target, ActorId):
+                result = await messaging.request_actor(
+                    node, message.target, decoded, handler_reply, metadata, budget, local=True
+                )
+            else:
+                instance = (
+                    None
+                    if message.instance_spot_type is None
+                    else messaging.InstanceChoice(message.instance_spot_type)
+                )
+                result = await messaging.request(
+                    node,
+                    message.target,
+                    decoded,
+                    handler_reply,
+                    metadata,
+                    instance,
+                    None,
+                    budget,
+                    local=True,
+                )
+        except ZLinkError as error:
+            self._answer(origin, message, error)
+            return
+        self._answer(origin, message, result)
+
+    def _answer(self, origin: PeerRun, request: Request, result: object) -> None:
+        mesh = self.mesh
+        if mesh is None:
+            return
+        answer: Reply | ErrorReply
+        if isinstance(result, ZLinkError):
+            answer = ErrorReply(
+                request.reply_route,
+                request.operation_id,
+                origin.generation,
+                result.kind,
+                result.message,
+            )
+        else:
+            try:
+                name, payload = self._node.registry.messages.encode(result)
+            except (TypeError, ValueError) as error:
+                answer = ErrorReply(
+                    request.reply_route,
+                    request.operation_id,
+                    origin.generation,
+                    ErrorKind.INTERNAL_FAILURE,
+                    f"the reply cannot be encoded: {error}",
+                )
+            else:
+                answer = Reply(
+                    request.reply_route, request.operation_id, origin.generation, name, payload
+                )
+        try:
+            mesh.reply(origin, answer)
+        except ZLinkError as error:
+            _log.info("a reply to %s was not sent: %s", origin.node_rid, error)
+
+    # --- the tasks ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Peers from membership, routes from the transport, cache hints from the store, the
+        nursery of inbound requests and the load report; until cancelled."""
+        mesh = self._mesh()
+        async with trio.open_nursery() as nursery:
+            self._inbound = nursery
+            nursery.start_soon(self._follow_peers, mesh)
+            nursery.start_soon(self._follow_routes, mesh)
+            nursery.start_soon(self._follow_store)
+            nursery.start_soon(self._report_load)
+            task_status.started()
+
+    async def _follow_peers(self, mesh: RouteMesh) -> None:
+        events = self._membership.subscribe()
+        async with events:
+            async for event in events:
+                if isinstance(event, PeerUp | PeerChanged):
+                    record = event.record
+                    if record.application_endpoint and record.completion_endpoint:
+                        try:
+                            mesh.add_peer(
+                                PeerAddress(
+                                    record.rid,
+                                    record.application_endpoint,
+                                    record.completion_endpoint,
+                                )
+                            )
+                        except (ValueError, ZLinkError) as error:
+                            _log.warning("cannot connect to %s: %s", record.rid, error)
+                elif isinstance(event, PeerDown):
+                    mesh.remove_peer(event.rid)
+                    for target, owner in list(self._cache.items()):
+                        if owner == event.rid:
+                            del self._cache[target]
+
+    async def _follow_routes(self, mesh: RouteMesh) -> None:
+        async for change in mesh.route_changes:
+            if isinstance(change, RouteUp):
+                waiter = self._route_waiters.pop(change.run.node_rid, None)
+                if waiter is not None:
+                    waiter.set()
+
+    async def _follow_store(self) -> None:
+        with self._store.changes() as subscription:
+            async for event in subscription:
+                if isinstance(event, Resync):
+                    self._cache.clear()
+                elif isinstance(event, Changed):
+                    for key in event.keys:
+                        self._forget_key(key)
+
+    def _forget_key(self, key: str) -> None:
+        if key.startswith(self._spot_prefix):
+            self._cache.pop(SpotId(key[len(self._spot_prefix) :]), None)
+        elif key.startswith("actor/"):
+            self._cache.pop(ActorId(key[len("actor/") :]), None)
+
+    async def _report_load(self) -> None:
+        node = self._node
+        while True:
+            self._membership.update(load=len(node.live) + len(node.live_actors))
+            await trio.sleep(1.0)
+
+    def close_inbound(self) -> None:
+        """Stop taking inbound requests (those running keep their reply path)."""
+        self._inbound = None
