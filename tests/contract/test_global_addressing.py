@@ -216,3 +216,27 @@ async def test_a_stopped_owner_ends_calls_instead_of_hanging(store_dsn: str) -> 
                 first.route.request_to_spot(room, Ask("x"), reply_type=Answer).timeout(10).submit()
             )
         assert caught.value.kind in (zl.ErrorKind.NOT_FOUND, zl.ErrorKind.UNAVAILABLE)
+
+
+@pytest.mark.spec("ROUTE-8")
+async def test_a_cold_activation_raced_from_two_hosts_answers_every_caller(store_dsn: str) -> None:
+    """Both hosts activate one Instance Spot id cold at the same instant: one wins the claim,
+    and every request from either host is answered by that one incarnation."""
+    async with two_hosts(store_dsn) as (first, second):
+        for _ in range(5):
+            counter = fresh("counter")
+            answers: list[Answer] = []
+
+            async def ask(
+                host: zl.Host, text: str, counter: str = counter, answers: list[Answer] = answers
+            ) -> None:
+                call = host.route.request_to_spot(counter, Ask(text), reply_type=Answer)
+                answers.append(await call.instance_spot("global.Counter").submit())
+
+            with trio.fail_after(15):
+                async with trio.open_nursery() as nursery:
+                    for number in range(3):
+                        nursery.start_soon(ask, first, f"a{number}")
+                        nursery.start_soon(ask, second, f"b{number}")
+            assert 6 == len(answers)
+            assert 1 == len({answer.node_rid for answer in answers}), answers

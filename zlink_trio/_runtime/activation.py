@@ -38,6 +38,10 @@ that same gate (``shared_gate``); in the Entry Spot and in a PER_ACTOR User Spot
 on its own lane and the gate is only the Spot's direct and lifecycle lane, and in a PER_ACTOR Spot
 each timer ticks on its own lane too (SPOT-71, TIMER-34). Only turns on a shared gate, those of
 a SPOT_WIDE User Spot or an Instance Spot, may ``yield_()`` (gate.py Rule 5).
+Rule 7: a lost cold race forwards. Two hosts may activate one Instance Spot id cold at the same
+instant; the store's claim picks one. The loser's incarnation never starts: the messages it had
+admitted are handed, in admission order, to the winner over the wire (a request's caller still
+waits on its own entry and gets the winner's answer), so no caller sees the race (ROUTE-8).
 Rule 5: idle eviction. With ``instance_idle_timeout`` set, an Instance Spot's turns nursery also
 runs a watcher that starts an ``IDLE_EVICTED`` close once no turn (message or tick) has run or
 held the gate for that long (SPOT-50). The close drains like an explicit one, so a message
@@ -57,15 +61,16 @@ import trio
 
 from zlink_trio._runtime.application import SpotType
 from zlink_trio._runtime.authority import Claim, Held
-from zlink_trio._runtime.completion import shutting_down
+from zlink_trio._runtime.completion import Outcome, shutting_down
 from zlink_trio._runtime.gate import ExecutionGate, Turn, enter_turn, leave_turn
 from zlink_trio._runtime.mailbox import Envelope, Mailbox, fail_one, reply
 from zlink_trio._runtime.node import LocalNode
-from zlink_trio._runtime.spot import SpotClosingContext, SpotCreateResponse
+from zlink_trio._runtime.spot import MessageContext, SpotClosingContext, SpotCreateResponse
 from zlink_trio._runtime.spot_timers import SpotTimers
 from zlink_trio._runtime.timers import TimerTick
+from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import ObjectGeneration, SpotCloseReason, SpotId, SpotKind, SpotRef
+from zlink_trio.ids import NodeRid, ObjectGeneration, SpotCloseReason, SpotId, SpotKind, SpotRef
 from zlink_trio.options import SpotFactoryMode
 
 __all__ = ["Activation", "ActivationState", "Envelope"]
@@ -113,6 +118,8 @@ class Activation:
         self._drop_admitted = False
         self._instance: Any = None
         self._failure: ZLinkError | None = None
+        self._forward_to: NodeRid | None = None
+        """The host that won the claim of a cold activation this one lost (Rule 7)."""
         self.closed = trio.Event()
         self.timers = SpotTimers(self)
         self._busy = 0
@@ -242,6 +249,15 @@ class Activation:
         if self._claim is None:
             claimed = await node.authority.claim(self.spot_id, self.kind, self.spot_type.name)
             if isinstance(claimed, Held):
+                record = claimed.record
+                if (
+                    self.kind is SpotKind.INSTANCE
+                    and node.remote is not None
+                    and record.kind is SpotKind.INSTANCE
+                    and record.type_name == self.spot_type.name
+                    and record.owner != node.node_rid
+                ):
+                    self._forward_to = record.owner
                 raise _held_error(self.spot_id, claimed, self.spot_type)
             self._claim = claimed
         # Imported here: the context reaches the route client and Spot manager, whose call
@@ -409,10 +425,15 @@ class Activation:
         self.state = ActivationState.CLOSED
         self.node.live.discard(self)
         self.mailbox.close()
-        self._fail_admitted(self._failure or _gone(self.spot_id))
+        if self._forward_to is not None:
+            self.node.activation_nursery.start_soon(
+                self._forward, self._forward_to, self.mailbox.take_all()
+            )
+        else:
+            self._fail_admitted(self._failure or _gone(self.spot_id))
         if self._claim is not None:
             try:
-                with trio.move_on_after(self.node.config.closing_timeout):
+                with trio.move_on_after(self.node.config.store_release_timeout):
                     await self.node.authority.release(self._claim)
             except ZLinkError as error:
                 _log.warning("could not release the record of %s: %s", self.spot_id, error)
@@ -423,6 +444,57 @@ class Activation:
             del self.node.activations[self.spot_id]
         self._instance = None  # the instance does not outlive its activation (SPOT-61)
         self.closed.set()
+
+    async def _forward(self, owner: NodeRid, envelopes: list[Envelope]) -> None:
+        """Hand what this never-started incarnation admitted to the winner (Rule 7)."""
+        # Imported here: remote.py reaches messaging, which reaches this module.
+        from zlink_trio._runtime.remote import Owner
+
+        node = self.node
+        remote = node.remote
+        assert remote is not None  # set before a forward is chosen
+        instance_type = self.spot_type.name
+        async with trio.open_nursery() as requests:
+            for envelope in envelopes:
+                node.jobs.release()
+                message, context = envelope.message, envelope.context
+                route = envelope.reply_route
+                if route is None:
+                    try:
+                        await remote.send(
+                            Owner(owner), self.spot_id, message, context.metadata, instance_type
+                        )
+                    except ZLinkError as error:
+                        _log.info("a forwarded send to %s failed: %s", self.spot_id, error)
+                    continue
+                reply_type = envelope.handler.reply_type or object
+                deadline = math.inf if context.deadline is None else context.deadline
+
+                async def forward_request(
+                    route: ReplyRouteId = route,
+                    message: object = message,
+                    context: MessageContext = context,
+                    reply_type: type = reply_type,
+                    deadline: float = deadline,
+                ) -> None:
+                    try:
+                        value = await remote.request(
+                            Owner(owner),
+                            self.spot_id,
+                            message,
+                            reply_type,
+                            context.metadata,
+                            instance_type,
+                            deadline,
+                        )
+                        outcome = Outcome(value=value)
+                    except ZLinkError as error:
+                        outcome = Outcome(error=error)
+                    entry = node.dispatcher.pop(route)
+                    if entry is not None:
+                        node.dispatcher.deliver(entry, outcome)
+
+                requests.start_soon(forward_request)
 
     def _fail_admitted(self, error: ZLinkError) -> None:
         for envelope in self.mailbox.take_all():

@@ -143,7 +143,7 @@ class ActorActivation:
         self.instance = None
         with trio.CancelScope(shield=True):
             try:
-                with trio.move_on_after(self.node.config.closing_timeout):
+                with trio.move_on_after(self.node.config.store_release_timeout):
                     # By record owner, not version: a cancelled mark_ready may have committed.
                     await self.node.authority.forget_if_ours(self.actor_id)
             except ZLinkError as error:
@@ -390,7 +390,7 @@ class ActorActivation:
             self.node.jobs.release()
             fail_one(self.node.dispatcher, envelope, self._gone())
         try:
-            with trio.move_on_after(self.node.config.closing_timeout):
+            with trio.move_on_after(self.node.config.store_release_timeout):
                 await self.node.authority.release(self._claim)
         except ZLinkError as error:
             _log.warning("could not release the record of Actor %s: %s", self.actor_id, error)

@@ -22,6 +22,8 @@ __all__ = ["MAX_APP_JOB_QUEUE_SIZE", "MAX_TIMEOUT_MS", "HostConfig", "check_time
 
 MAX_TIMEOUT_MS = 2**31 - 1
 """Largest timeout, in whole milliseconds: the signed 32-bit maximum every ZLink language shares."""
+MIN_RELEASE_TIMEOUT = 10.0
+"""Seconds a store record's release at close gets at least (see ``store_release_timeout``)."""
 MAX_APP_JOB_QUEUE_SIZE = 2**31 - 1
 """Largest application job queue size (seed 003 §8)."""
 
@@ -133,6 +135,13 @@ class HostConfig:
         problems = [f"HostConfig: {problem}" for problem in found if problem is not None]
         if problems:
             raise ConfigurationError(problems)
+
+    @property
+    def store_release_timeout(self) -> float:
+        """How long releasing a store record at close may take: the closing time, but never less
+        than ``MIN_RELEASE_TIMEOUT``, because a record left behind keeps its id taken until a
+        peer finds its owner gone."""
+        return max(self.closing_timeout, MIN_RELEASE_TIMEOUT)
 
     @property
     def mesh_name(self) -> MeshName:

@@ -101,7 +101,7 @@ async def _create_new(
         claimed = await node.authority.claim(spot_id, SpotKind.USER, type_name)
     except trio.Cancelled:
         # The claim's outcome is unknown (DEC-17): read it back and undo it if it was ours.
-        with trio.CancelScope(shield=True), trio.move_on_after(node.config.closing_timeout):
+        with trio.CancelScope(shield=True), trio.move_on_after(node.config.store_release_timeout):
             await node.authority.forget_if_ours(spot_id)
         raise
     if isinstance(claimed, Held):

@@ -219,7 +219,7 @@ class _TaskTree:
             for activation in closing:
                 activation.begin_close(SpotCloseReason.HOST_SHUTDOWN, deadline, drain=False)
             # The closing deadline bounds on_closing; the store release after it gets as long.
-            with trio.move_on_at(deadline + node.config.closing_timeout):
+            with trio.move_on_at(deadline + node.config.store_release_timeout):
                 for actor in actors:
                     await actor.closed.wait()
                 for activation in closing:
