@@ -38,7 +38,15 @@ _CAPABILITIES = (
         ),
         "x",
     ),
-    ("mesh", "many hosts over one store; the demo", " "),
+    (
+        "mesh",
+        (
+            "many hosts over one store: membership, global addressing of Spots and Actors, "
+            "failover after a lease; zlink-trio demo / node / store inspect"
+        ),
+        "x",
+    ),
+    ("relocation", "moving live Spots and Actors between hosts; cross-host Actor joins", " "),
 )
 
 
@@ -76,13 +84,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect.add_argument("--dsn", help="the store's postgresql:// DSN (default: $ZLINK_STORE_DSN)")
     inspect.add_argument("--mesh", type=_mesh_name, help="only this mesh (default: every mesh)")
     inspect.add_argument("--json", action="store_true", help="print one JSON document")
+    demo = commands.add_parser(
+        "demo", help="run a workload over several host processes and show what it did"
+    )
+    demo.add_argument("--hosts", type=_positive, default=3, help="host processes (default 3)")
+    demo.add_argument("--seconds", type=float, default=10.0, help="workload time (default 10)")
+    demo.add_argument(
+        "--dsn", help="the store's DSN (default: $ZLINK_STORE_DSN, else a temporary embedded one)"
+    )
+    demo.add_argument("--child", help=argparse.SUPPRESS)  # one demo host, started by the demo
+    node = commands.add_parser("node", help="run one host of an application until stopped")
+    node.add_argument("--config", required=True, help="the node's TOML configuration file")
     args = parser.parse_args(argv)
     if args.command == "store":
         return _store_inspect(args.dsn, args.mesh, as_json=args.json)
+    if args.command == "demo":
+        from zlink_trio import _demo
+
+        if args.child is not None:
+            return _demo.child_main(args.child)
+        return _demo.main(hosts=args.hosts, seconds=args.seconds, dsn=args.dsn)
+    if args.command == "node":
+        from zlink_trio import _node
+
+        return _node.main(args.config)
     if args.command not in (None, "info"):
         parser.error(f"unknown command {args.command!r}")  # exits with status 2
     print(describe())
     return 0
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def _mesh_name(value: str) -> MeshName:

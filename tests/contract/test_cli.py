@@ -24,7 +24,8 @@ def test_command_prints_the_version_and_the_capabilities() -> None:
     assert f"zlink_trio {zl.__version__}" in done.stdout
     assert "[x] error model" in done.stdout
     assert "[x] transport" in done.stdout
-    assert "[ ] mesh" in done.stdout
+    assert "[x] mesh" in done.stdout
+    assert "[ ] relocation" in done.stdout
 
 
 @pytest.mark.spec("API-4")

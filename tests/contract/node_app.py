@@ -1,0 +1,29 @@
+"""A tiny application for ``zlink-trio node`` tests (tests/contract/test_node_cli.py): the node
+configuration names it as ``node_app:app``."""
+
+from __future__ import annotations
+
+import attrs
+
+import zlink_trio as zl
+
+app = zl.Application()
+
+
+@app.message("node_app.Hello")
+@attrs.frozen
+class Hello:
+    name: str
+
+
+@app.user_spot("node_app.Greeter")
+class Greeter(zl.Spot):
+    def __init__(self) -> None:
+        self.greeted: list[str] = []
+
+    @zl.packet_handler(Hello)
+    async def hello(self, msg: Hello) -> None:
+        self.greeted.append(msg.name)
+
+
+not_an_app = "a string, not a zl.Application"

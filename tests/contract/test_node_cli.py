@@ -1,0 +1,153 @@
+"""``zlink-trio node --config FILE``: one host of an application, run until a signal
+(specs/demo.md NODE-*)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import trio
+
+from zlink_trio._integration.store import DSN_VARIABLE
+
+HERE = Path(__file__).resolve().parent
+COMMAND_TIMEOUT = 60.0
+
+
+async def _close(process: trio.Process) -> None:
+    """Kill ``process`` if it still runs, reap it and close its pipes."""
+    with trio.CancelScope(shield=True):
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+        for stream in (process.stdin, process.stdout, process.stderr):
+            if stream is not None:
+                await stream.aclose()
+
+
+def _environ() -> dict[str, str]:
+    """This environment without a store DSN, with ``node_app`` importable."""
+    environ = {name: value for name, value in os.environ.items() if name != DSN_VARIABLE}
+    path = environ.get("PYTHONPATH")
+    environ["PYTHONPATH"] = str(HERE) if not path else f"{HERE}{os.pathsep}{path}"
+    return environ
+
+
+def _config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+async def _run(*args: str) -> subprocess.CompletedProcess[bytes]:
+    with trio.fail_after(COMMAND_TIMEOUT):
+        return await trio.run_process(
+            [sys.executable, "-m", "zlink_trio", *args],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=_environ(),
+        )
+
+
+async def _nodes(store_dsn: str, mesh: str) -> list[str]:
+    done = await _run("store", "inspect", "--dsn", store_dsn, "--mesh", mesh, "--json")
+    assert 0 == done.returncode, done.stderr.decode()
+    document = json.loads(done.stdout)
+    return [node["rid"] for node in document["meshes"][mesh]["nodes"]]
+
+
+async def _read_until(stream: trio.abc.ReceiveStream, marker: bytes) -> bytes:
+    seen = b""
+    while marker not in seen:
+        chunk = await stream.receive_some(4096)
+        assert chunk, f"output ended before {marker!r}: {seen.decode()}"
+        seen += chunk
+    return seen
+
+
+@pytest.mark.spec("NODE-1", "NODE-2")
+async def test_node_runs_until_sigterm_and_withdraws_its_record(
+    tmp_path: Path, store_dsn: str
+) -> None:
+    """The node prints a ready line naming its RID, is listed in the store while it runs, and on
+    SIGTERM shuts down, exits 0 and its node record is gone."""
+    mesh = f"node-{uuid.uuid4().hex[:8]}"
+    rid = f"node-cli-{uuid.uuid4().hex[:8]}"
+    config = _config(
+        tmp_path,
+        f'app = "node_app:app"\nmesh = "{mesh}"\nstore_dsn = {json.dumps(store_dsn)}\n'
+        f'node_rid = "{rid}"\nrequest_timeout = 2.5\n',
+    )
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "zlink_trio", "node", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_environ(),
+    )
+    try:
+        assert process.stdout is not None
+        with trio.fail_after(COMMAND_TIMEOUT):
+            seen = await _read_until(process.stdout, b"\n")
+        assert f"zlink-trio node: ready: node {rid} " in seen.decode()
+        assert f"mesh {mesh}" in seen.decode()
+        assert [rid] == await _nodes(store_dsn, mesh)
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(COMMAND_TIMEOUT):
+            returncode = await process.wait()
+            rest = seen + await _read_until(process.stdout, b"stopped")
+        assert 0 == returncode
+        assert "SIGTERM received, shutting down" in rest.decode()
+        assert [] == await _nodes(store_dsn, mesh)
+    finally:
+        await _close(process)
+
+
+@pytest.mark.spec("NODE-3")
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('app = "node_app:app"\n', "mesh is missing"),
+        ('app = "no_such_module_here:app"\nmesh = "m"\n', "cannot import module"),
+        ('app = "node_app:missing"\nmesh = "m"\n', "has no attribute 'missing'"),
+        ('app = "node_app:not_an_app"\nmesh = "m"\n', "not a zl.Application"),
+        ('mesh = "m"\n', "app is missing"),
+        ('app = "node_app:app"\nmesh = "m"\nrequest_timeout = -1\n', "request_timeout"),
+        ('app = "node_app:app"\nmesh = "m"\nflavour = 3\n', "unknown key 'flavour'"),
+        ("app = \n", "not valid TOML"),
+    ],
+)
+async def test_bad_config_exits_2_with_the_problem(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    """A bad configuration is one message on stderr (no traceback) and exit status 2."""
+    done = await _run("node", "--config", str(_config(tmp_path, text)))
+    stderr = done.stderr.decode()
+    assert 2 == done.returncode, stderr
+    assert expected in stderr
+    assert stderr.startswith("zlink-trio node: ")
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.spec("NODE-3")
+async def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
+    """Several problems of one file come out together, so one run fixes them all."""
+    text = 'app = "no_such_module_here:app"\nrequest_timeout = 0\n'
+    done = await _run("node", "--config", str(_config(tmp_path, text)))
+    stderr = done.stderr.decode()
+    assert 2 == done.returncode
+    assert "mesh is missing" in stderr
+    assert "cannot import module" in stderr
+
+
+@pytest.mark.spec("NODE-3")
+async def test_missing_config_file_exits_2(tmp_path: Path) -> None:
+    done = await _run("node", "--config", str(tmp_path / "absent.toml"))
+    assert 2 == done.returncode
+    assert "cannot read it" in done.stderr.decode()
