@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import ClassVar
 
 import attrs
 import cbor2
@@ -50,10 +51,23 @@ class Unhandled:
     pass
 
 
+@app.message("global.Hold")
+@attrs.frozen
+class Hold:
+    pass
+
+
+class Holding:
+    entered = trio.Event()
+    release = trio.Event()
+    deadlines: ClassVar[list[float | None]] = []
+
+
 class Answering:
     async def _answer(self, req: Ask, ctx: zl.MessageContext, rid: str) -> Answer:
         if req.text == "boom":
             raise RuntimeError("secret detail")
+        Holding.deadlines.append(ctx.deadline)
         if ctx.deadline is not None:
             assert ctx.deadline > trio.current_time()
         return Answer(rid, req.text, ctx.deadline is not None)
@@ -64,6 +78,12 @@ class Room(Answering, zl.Spot):
     @zl.request_handler(Ask)
     async def ask(self, req: Ask, ctx: zl.MessageContext) -> Answer:
         return await self._answer(req, ctx, self.context.ref.node_rid.value)
+
+    @zl.request_handler(Hold, reply=Answer)
+    async def hold(self, req: Hold, ctx: zl.MessageContext) -> Answer:
+        Holding.entered.set()
+        await Holding.release.wait()
+        return Answer(self.context.ref.node_rid.value, "held", ctx.deadline is not None)
 
     @zl.packet_handler(Note)
     async def note(self, msg: Note, ctx: zl.MessageContext) -> None:
@@ -96,7 +116,7 @@ def fresh(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.mark.spec("ROUTE-1", "ROUTE-6", "MESH-19")
+@pytest.mark.spec("ROUTE-1", "ROUTE-6", "MESH-19", "CMP-9.5")
 async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn: str) -> None:
     """A request and a send from one host reach a User Spot, an Instance Spot and an Actor owned
     by the other; the handler sees the caller's deadline for a request and none for a send."""
@@ -113,14 +133,26 @@ async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn
             .submit()
         )
         await second.actors.create(user, "global.User").submit()
+        Holding.deadlines = []
+        calls = [
+            first.route.request_to_spot(room, Ask("hi"), reply_type=Answer),
+            first.route.request_to_spot(counter, Ask("c"), reply_type=Answer).instance_spot(
+                "global.Counter"
+            ),
+            first.route.request_to_actor(user, Ask("u"), reply_type=Answer),
+        ]
+        answers = []
         with trio.fail_after(15):
-            answers = [
-                await first.route.request_to_spot(room, Ask("hi"), reply_type=Answer).submit(),
-                await first.route.request_to_spot(counter, Ask("c"), reply_type=Answer)
-                .instance_spot("global.Counter")
-                .submit(),
-                await first.route.request_to_actor(user, Ask("u"), reply_type=Answer).submit(),
-            ]
+            for call in calls:
+                asked_at = trio.current_time()
+                answers.append(await call.submit())
+                answered_at = trio.current_time()
+                # Both hosts share this process's Trio clock: the owner's handler saw the
+                # caller's deadline (default timeout 5 s); the budget travels as time left, so
+                # it can be late by no more than the part of the trip it cannot see.
+                seen_deadline = Holding.deadlines[-1]
+                assert seen_deadline is not None
+                assert asked_at < seen_deadline <= answered_at + 5.0
             await first.route.send_to_spot(room, Note("one-way")).submit()
             await Noted.event.wait()
         assert [Answer(owner, t, True) for t in ("hi", "c", "u")] == answers
@@ -164,7 +196,7 @@ async def test_remote_failures_keep_their_kind(store_dsn: str) -> None:
                 assert "secret" not in str(caught.value)
 
 
-@pytest.mark.spec("ROUTE-4")
+@pytest.mark.spec("ROUTE-4", "ERR-5.4", "ERR-4.3", "CMP-5.12")
 async def test_a_dead_owners_spot_is_unavailable_and_taken_over(store_dsn: str) -> None:
     """A record whose owner has no live node record: a call ends UNAVAILABLE, and get_or_create
     takes the id over with a higher generation."""
@@ -194,6 +226,9 @@ async def test_a_dead_owners_spot_is_unavailable_and_taken_over(store_dsn: str) 
         with trio.fail_after(15), pytest.raises(zl.ZLinkError) as caught:
             await host.route.request_to_spot(room, Ask("x"), reply_type=Answer).submit()
         assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+        with trio.fail_after(15), pytest.raises(zl.ZLinkError) as caught:
+            await host.route.send_to_spot(room, Note("to the dead")).submit()
+        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
         result = await host.spots.get_or_create(room, "global.Room").submit()
         assert zl.SpotCreateStatus.CREATED == result.status
         assert 5 == result.spot_ref.object_generation.value
@@ -218,7 +253,7 @@ async def test_a_stopped_owner_ends_calls_instead_of_hanging(store_dsn: str) -> 
         assert caught.value.kind in (zl.ErrorKind.NOT_FOUND, zl.ErrorKind.UNAVAILABLE)
 
 
-@pytest.mark.spec("ROUTE-8")
+@pytest.mark.spec("ROUTE-8", "SPOT-27")
 async def test_a_cold_activation_raced_from_two_hosts_answers_every_caller(store_dsn: str) -> None:
     """Both hosts activate one Instance Spot id cold at the same instant: one wins the claim,
     and every request from either host is answered by that one incarnation."""
@@ -240,3 +275,32 @@ async def test_a_cold_activation_raced_from_two_hosts_answers_every_caller(store
                         nursery.start_soon(ask, second, f"b{number}")
             assert 6 == len(answers)
             assert 1 == len({answer.node_rid for answer in answers}), answers
+
+
+@pytest.mark.spec("CMP-4.3", "CMP-4.7", "ERR-9.2", "ERR-4.7", "ERR-5.11", "ERR-9.5")
+async def test_a_remote_send_completes_at_local_admission(store_dsn: str) -> None:
+    """A send to a remote Spot whose gate is held completes at once (the local transport took
+    it), and one the remote Spot has no handler for completes too (the failure is the owner's,
+    logged there). A request that finds the owner's queue full ends UNAVAILABLE, not
+    CAPACITY_EXCEEDED: that queue belongs to another runtime."""
+    Holding.entered = trio.Event()
+    Holding.release = trio.Event()
+    room = fresh("room")
+    mesh = f"g-{uuid.uuid4().hex[:8]}"
+    caller_config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn)
+    owner_config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, mailbox_limit=1)
+    async with zl.open_host(app, caller_config) as first, zl.open_host(app, owner_config) as second:
+        await second.spots.get_or_create(room, "global.Room").submit()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: first.route.request_to_spot(room, Hold(), reply_type=Answer).submit()
+            )
+            with trio.fail_after(15):
+                await Holding.entered.wait()
+                await first.route.send_to_spot(room, Note("queued")).submit()
+                await first.route.send_to_spot(room, Unhandled()).submit()
+                # The owner's queue (limit 1) holds the Note now: a request finds it full.
+                with pytest.raises(zl.ZLinkError) as caught:
+                    await first.route.request_to_spot(room, Ask("full"), reply_type=Answer).submit()
+            assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+            Holding.release.set()

@@ -310,6 +310,8 @@ def _resolve_actor(
 
 
 async def _job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -> None:
+    if node.jobs.try_acquire():
+        return  # the hot path: no cancel scope, no checkpoint
     with trio.move_on_at(deadline):
         await node.jobs.acquire()
         return

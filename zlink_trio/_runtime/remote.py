@@ -228,7 +228,8 @@ class Remote:
         if nursery is None:
             self._answer(origin, message, ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving"))
             return
-        nursery.start_soon(self._inbound_request, origin, message)
+        # The budget counts from arrival, not from when the task gets to run.
+        nursery.start_soon(self._inbound_request, origin, message, trio.current_time())
 
     async def _inbound_send(self, origin: PeerRun, message: Send) -> None:
         from zlink_trio._runtime import messaging
@@ -253,7 +254,7 @@ class Remote:
                 "a send from %s to %s was not admitted: %s", origin.node_rid, message.target, error
             )
 
-    async def _inbound_request(self, origin: PeerRun, message: Request) -> None:
+    async def _inbound_request(self, origin: PeerRun, message: Request, arrived: float) -> None:
         from zlink_trio._runtime import messaging
 
         node = self._node
@@ -262,7 +263,7 @@ class Remote:
             # The caller checks the reply's class; here any declared message passes through.
             handler_reply = object
             metadata = dict(message.metadata)
-            budget = max(message.budget_us, 1) / 1_000_000
+            budget = max(message.budget_us / 1_000_000 - (trio.current_time() - arrived), 1e-6)
             if isinstance(message.target, ActorId):
                 result = await messaging.request_actor(
                     node, message.target, decoded, handler_reply, metadata, budget, local=True
@@ -285,6 +286,10 @@ class Remote:
                     local=True,
                 )
         except ZLinkError as error:
+            if error.kind is ErrorKind.CAPACITY_EXCEEDED:
+                # This host's queue is full: for the caller that is a resource another runtime
+                # owns, so it sees UNAVAILABLE, never CAPACITY_EXCEEDED (ERR-5.11).
+                error = ZLinkError(ErrorKind.UNAVAILABLE, f"the owner's queue is full: {error}")
             self._answer(origin, message, error)
             return
         self._answer(origin, message, result)
