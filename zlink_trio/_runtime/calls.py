@@ -90,27 +90,34 @@ class _SingleUse:
         return await turn.wait_outside(run)
 
 
-class _Addressed(_SingleUse):
-    """What Spot sends and requests share: metadata, instance_spot and in_mesh."""
+class _Carrying(_SingleUse):
+    """What every send and request shares: a declared message and its metadata."""
 
-    def __init__(self, node: LocalNode, spot_id: SpotId, message: object) -> None:
+    def __init__(self, node: LocalNode, message: object) -> None:
         super().__init__(node)
         if not node.registry.is_message(type(message)):
             raise TypeError(
                 f"{type(message).__qualname__} is not declared with @app.message, so it cannot "
                 "be sent"
             )
-        self._spot_id = spot_id
         self._message = message
         self._metadata: dict[str, str] = {}
-        self._instance: InstanceChoice | None = None
-        self._mesh: MeshName | None = None
 
     def _add_metadata(self, key: str, value: str) -> None:
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError("metadata takes a str key and a str value")
         self._option(f"metadata[{key!r}]")
         self._metadata[key] = value
+
+
+class _Addressed(_Carrying):
+    """What Spot sends and requests add: instance_spot and in_mesh."""
+
+    def __init__(self, node: LocalNode, spot_id: SpotId, message: object) -> None:
+        super().__init__(node, message)
+        self._spot_id = spot_id
+        self._instance: InstanceChoice | None = None
+        self._mesh: MeshName | None = None
 
     def _choose_instance(self, stable_type: str | None) -> None:
         type_name = None if stable_type is None else StableTypeName(stable_type)
@@ -290,26 +297,13 @@ class SpotCreateCall(_SingleUse):
         )
 
 
-class _ToActor(_SingleUse):
-    """What Actor sends and requests share: the target id, the message and metadata. An Actor is
-    addressed by its id alone: no mesh, ref, node or Spot (ACT-17)."""
+class _ToActor(_Carrying):
+    """What Actor sends and requests add: the target id alone. An Actor is addressed by its id:
+    no mesh, ref, node or Spot (ACT-14)."""
 
     def __init__(self, node: LocalNode, actor_id: ActorId, message: object) -> None:
-        super().__init__(node)
-        if not node.registry.is_message(type(message)):
-            raise TypeError(
-                f"{type(message).__qualname__} is not declared with @app.message, so it cannot "
-                "be sent"
-            )
+        super().__init__(node, message)
         self._actor_id = actor_id
-        self._message = message
-        self._metadata: dict[str, str] = {}
-
-    def _add_metadata(self, key: str, value: str) -> None:
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError("metadata takes a str key and a str value")
-        self._option(f"metadata[{key!r}]")
-        self._metadata[key] = value
 
 
 class ActorSendCall(_ToActor):

@@ -151,13 +151,7 @@ async def request(
         raise
     # Outside the scope above: only _settle's own scope may turn the deadline into a result,
     # after the pop race, so a reply that won the slot is never reported as a timeout.
-    reply = await _settle(node, entry, deadline)
-    if not isinstance(reply, reply_type):
-        raise ZLinkError(
-            ErrorKind.PROTOCOL_ERROR,
-            f"the reply is a {type(reply).__qualname__}, not a {reply_type.__qualname__}",
-        )
-    return reply
+    return await _reply_of(node, entry, deadline, reply_type)
 
 
 def _type_of(instance: InstanceChoice | None) -> StableTypeName | None:
@@ -278,13 +272,7 @@ async def request_actor(
     except BaseException:
         node.jobs.release()
         raise
-    reply = await _settle(node, entry, deadline)
-    if not isinstance(reply, reply_type):
-        raise ZLinkError(
-            ErrorKind.PROTOCOL_ERROR,
-            f"the reply is a {type(reply).__qualname__}, not a {reply_type.__qualname__}",
-        )
-    return reply
+    return await _reply_of(node, entry, deadline, reply_type)
 
 
 def _actor_context(
@@ -316,6 +304,19 @@ async def _job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) 
         await node.jobs.acquire()
         return
     raise _deadline(spot_id)
+
+
+async def _reply_of(
+    node: LocalNode, entry: PendingCall, deadline: float, reply_type: type
+) -> object:
+    """The request's settled reply, checked to be a ``reply_type``."""
+    reply = await _settle(node, entry, deadline)
+    if not isinstance(reply, reply_type):
+        raise ZLinkError(
+            ErrorKind.PROTOCOL_ERROR,
+            f"the reply is a {type(reply).__qualname__}, not a {reply_type.__qualname__}",
+        )
+    return reply
 
 
 async def _settle(node: LocalNode, entry: PendingCall, deadline: float) -> object:
