@@ -200,7 +200,7 @@ async def test_remote_failures_keep_their_kind(store_dsn: str) -> None:
 async def test_a_dead_owners_spot_is_unavailable_and_taken_over(store_dsn: str) -> None:
     """A record whose owner has no live node record: a call ends UNAVAILABLE, and get_or_create
     takes the id over with a higher generation."""
-    room = fresh("room")
+    room, user = fresh("room"), fresh("user")
     config = zl.HostConfig(mesh=f"g-{uuid.uuid4().hex[:8]}", store_dsn=store_dsn)
     async with open_stores(StoreConfig(dsn=store_dsn)) as stores:
         prefix = f"m/{config.mesh}/"
@@ -222,7 +222,25 @@ async def test_a_dead_owners_spot_is_unavailable_and_taken_over(store_dsn: str) 
             )
         )
         assert written is not None
+        dead_actor = {**dead, "kind": int(zl.SpotKind.INVALID), "type": "global.User"}
+        await stores.location.write(
+            Batch(
+                [IfMissing(f"actor/{user}")],
+                [
+                    Put(f"actor/{user}", cbor2.dumps({**dead_actor, "mesh": config.mesh})),
+                    Put(f"actor-generation/{user}", cbor2.dumps(4)),
+                ],
+            )
+        )
     async with zl.open_host(app, config) as host:
+        assert await host.actors.find(user) is None
+        with trio.fail_after(15), pytest.raises(zl.ZLinkError) as caught:
+            await host.route.request_to_actor(user, Ask("x"), reply_type=Answer).submit()
+        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+        taken = await host.actors.create(user, "global.User").submit()
+        assert zl.ActorCreateStatus.CREATED == taken.status
+        assert taken.actor_ref is not None
+        assert 5 == taken.actor_ref.object_generation.value
         with trio.fail_after(15), pytest.raises(zl.ZLinkError) as caught:
             await host.route.request_to_spot(room, Ask("x"), reply_type=Answer).submit()
         assert zl.ErrorKind.UNAVAILABLE == caught.value.kind

@@ -60,9 +60,10 @@ class ActorManager:
         if local is not None and local.accepting:
             return local.ref
         record = await node.authority.read(target)
-        if record is None or record.state != "ready":
-            return None
-        return ActorRef(target, record.generation, node.mesh, record.owner)
+        if record is None or record.state != "ready" or await node.authority.is_stale(record):
+            return None  # a record whose owner is not live names no Ready Actor (ROUTE-4)
+        mesh = node.mesh if record.mesh is None else record.mesh
+        return ActorRef(target, record.generation, mesh, record.owner)
 
     async def destroy(self, actor_ref: ActorRef) -> bool:
         """End exactly the incarnation ``actor_ref`` names: ``True`` once closed, ``False`` if it
