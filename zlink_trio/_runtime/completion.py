@@ -19,6 +19,10 @@ more completions than there were calls (CMP-11.5).
 Rule 4: one failure never stops the lane. An exception raised by one completion is logged and
 the next one runs (CMP-11.9); ``close()`` lets the lane run everything already accepted before
 its task ends (CMP-11.8).
+Rule 5: an entry may complete into a callback instead of a waiting task. ``register(callback)``
+gives an entry that has no waiter: delivering it runs ``callback(outcome)`` on the lane, like any
+completion, so the same pop decides and the callback runs in a fresh turn. Work received from a
+peer uses it to answer on the wire with no task of its own per request (remote.py Rule 4).
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ from zlink_trio.errors import ErrorKind, ZLinkError
 __all__ = ["CompletionDispatcher", "Outcome", "PendingCall"]
 
 _log = logging.getLogger("zlink_trio.runtime.completion")
+
+LANE_BATCH = 32
+"""Completions the lane runs per checkpoint at most, when that many are already queued."""
 
 
 @attrs.frozen
@@ -74,6 +81,23 @@ class PendingCall:
         return self._outcome
 
 
+class _CallbackCall(PendingCall):
+    """An entry with no waiter: its completion runs ``on_complete(outcome)`` (Rule 5)."""
+
+    __slots__ = ("_on_complete",)
+
+    def __init__(self, route: ReplyRouteId, on_complete: Callable[[Outcome], object]) -> None:
+        self.route = route
+        self._on_complete = on_complete
+
+    def complete(self, outcome: Outcome) -> None:
+        """Run the callback with the outcome; run by the dispatcher lane only."""
+        self._on_complete(outcome)
+
+    async def wait(self) -> Outcome:
+        raise TypeError("an entry registered with a callback has no waiter")
+
+
 class CompletionDispatcher:
     """One host's in-flight call table and its single completion lane."""
 
@@ -88,12 +112,16 @@ class CompletionDispatcher:
         """How many calls wait for their outcome (for tests and diagnostics)."""
         return len(self._pending)
 
-    def register(self) -> PendingCall:
-        """A new entry under a fresh ReplyRouteId, registered now, before any submission."""
+    def register(self, on_complete: Callable[[Outcome], object] | None = None) -> PendingCall:
+        """A new entry under a fresh ReplyRouteId, registered now, before any submission.
+
+        With ``on_complete`` the entry has no waiter: its completion calls
+        ``on_complete(outcome)`` on the lane instead (Rule 5).
+        """
         # Routes count up within one node run; a run would need 2**64 calls to wrap (CMP-10.7).
         self._last_route = self._last_route % U64_MAX + 1
         route = ReplyRouteId(self._last_route)
-        entry = PendingCall(route)
+        entry = PendingCall(route) if on_complete is None else _CallbackCall(route, on_complete)
         self._pending[route] = entry
         return entry
 
@@ -136,15 +164,26 @@ class CompletionDispatcher:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The lane: run completions one by one until ``close()`` and the queue is empty."""
         task_status.started()
+        receive_nowait = self._receive.receive_nowait
         try:
             async with self._receive:
                 # Every receive is a checkpoint, even when a completion is already queued, so a
-                # long queue cannot starve the loop without a checkpoint of the lane's own.
+                # long queue cannot starve the loop without a checkpoint of the lane's own; what
+                # is already queued then runs in the same turn, up to LANE_BATCH completions.
                 async for callback in self._receive:
-                    try:
-                        callback()
-                    except Exception:
-                        _log.exception("a completion callback raised; the lane goes on")
+                    left = LANE_BATCH
+                    while True:
+                        try:
+                            callback()
+                        except Exception:
+                            _log.exception("a completion callback raised; the lane goes on")
+                        left -= 1
+                        if not left:
+                            break
+                        try:
+                            callback = receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
         finally:
             self._drained.set()
 

@@ -21,9 +21,18 @@ Nothing is re-sent automatically (CMP-5.20).
 Rule 4: inbound work is delivered locally only. A message that arrives for a target this host does
 not hold is not forwarded: a request gets ``NOT_FOUND`` (a stale route on the caller's side), a
 send is dropped and logged. A request's handler sees the caller's deadline as ``ctx.deadline``.
+A request to a Spot that is ready here, with a job permit free, is admitted by the reader itself:
+its entry completes into a callback (completion.py Rule 5) that sends the Reply or ErrorReply
+from the completion lane, so it needs no task and no cancel scope. Its budget counts from
+arrival; a result that comes after it is not sent, because the caller's own transport has ended
+the call with ``DEADLINE_EXCEEDED`` by then. Everything else (an Actor target, no free permit, a
+closing incarnation to wait for) runs as a local request in a task of its own.
 Rule 5: peers come from membership. The transport connects to a peer when its node record shows
 endpoints and disconnects when the record goes away (MESH-19); a call waits, within its deadline,
 for the route to a live owner to come up.
+Rule 6: shutdown settles in-flight remote requests through the transport. ``settle_all`` ends
+every request pending in the RouteMesh, and those still waiting for a route, with
+``SHUTTING_DOWN``, so a remote request needs no cancel scope of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -42,7 +52,11 @@ from zlink_trio._integration.transport import (
     RouteMesh,
     RouteUp,
 )
+from zlink_trio._runtime.completion import Outcome
+from zlink_trio._runtime.handlers import HandlerKind
+from zlink_trio._runtime.mailbox import Envelope
 from zlink_trio._runtime.membership import Membership, PeerChanged, PeerDown, PeerUp
+from zlink_trio._runtime.spot import MessageContext
 from zlink_trio._wire import ErrorReply, OperationId, Reply, Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
@@ -87,10 +101,15 @@ class Remote:
         self.mesh: RouteMesh | None = None
         self._cache: dict[Target, NodeRid] = {}
         self._route_waiters: dict[NodeRid, trio.Event] = {}
-        self._calls: set[trio.CancelScope] = set()
+        self._gone: set[NodeRid] = set()
+        """Peers whose node record went away and has not come back (their calls end)."""
         self._inbound: trio.Nursery | None = None
         self._settled = False
         self._spot_prefix = f"m/{node.mesh.value}/spot/"
+        # Imported here, once: messaging reaches this module, so it cannot be imported above.
+        from zlink_trio._runtime import messaging
+
+        self._messaging = messaging
 
     # --- outbound ------------------------------------------------------------------------------
 
@@ -124,13 +143,21 @@ class Remote:
         self._cache.pop(target, None)
 
     async def _route_ready(self, owner: NodeRid, deadline: float) -> RouteMesh:
+        """The transport once its route to ``owner`` is up. A call waits for it until its
+        deadline (requests) or without a bound (sends), and in every case ends when shutdown
+        settles calls (``SHUTTING_DOWN``) or the owner's node record goes away
+        (``UNAVAILABLE``): a one-way send ends only by admission, route loss or shutdown."""
         mesh = self._mesh()
         while mesh.is_up(owner) is None:
+            if owner in self._gone:
+                raise ZLinkError(ErrorKind.UNAVAILABLE, f"{owner} left the mesh")
             event = self._route_waiters.get(owner)
             if event is None:
                 event = self._route_waiters[owner] = trio.Event()
             with trio.move_on_at(deadline):
                 await event.wait()
+            if self._settled:  # settle_all woke it (Rule 6)
+                raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
             if mesh.is_up(owner) is None and trio.current_time() >= deadline:
                 raise ZLinkError(ErrorKind.UNAVAILABLE, f"no route to {owner}")
         return mesh
@@ -152,7 +179,9 @@ class Remote:
         admission (Rule 3). Waits for the route with no time bound of its own; the route's
         loss or the owner's departure ends it with ``UNAVAILABLE``."""
         name, payload = self._node.registry.messages.encode(message)
-        mesh = await self._route_ready(owner.node_rid, math.inf)
+        mesh = self._mesh()
+        if mesh.is_up(owner.node_rid) is None:
+            mesh = await self._route_ready(owner.node_rid, math.inf)
         try:
             await mesh.send(
                 owner.node_rid,
@@ -173,35 +202,30 @@ class Remote:
         instance_type: StableTypeName | None,
         deadline: float,
     ) -> object:
-        """A request to ``target`` at ``owner``; its reply decoded (Rule 3)."""
+        """A request to ``target`` at ``owner``; its reply decoded (Rule 3). Shutdown ends it
+        with ``SHUTTING_DOWN`` through the transport (Rule 6)."""
         name, payload = self._node.registry.messages.encode(message)
-        with trio.CancelScope() as scope:
-            self._calls.add(scope)
-            try:
+        try:
+            mesh = self._mesh()
+            if mesh.is_up(owner.node_rid) is None:
                 mesh = await self._route_ready(owner.node_rid, deadline)
-                remaining = deadline - trio.current_time()
-                if remaining <= 0:
-                    raise ZLinkError(
-                        ErrorKind.DEADLINE_EXCEEDED, f"the request to {target} timed out"
-                    )
-                reply = await mesh.request(
-                    owner.node_rid,
-                    operation_id=OperationId.new(),
-                    target=target,
-                    message_type=name,
-                    payload=payload,
-                    timeout=remaining,
-                    instance_spot_type=instance_type,
-                    metadata=tuple(metadata.items()),
-                )
-            except ZLinkError as error:
-                if error.kind in (ErrorKind.NOT_FOUND, ErrorKind.UNAVAILABLE):
-                    self.forget(target)
-                raise
-            finally:
-                self._calls.discard(scope)
-        if scope.cancelled_caught:
-            raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"the request to {target} timed out")
+            reply = await mesh.request(
+                owner.node_rid,
+                operation_id=OperationId.new(),
+                target=target,
+                message_type=name,
+                payload=payload,
+                timeout=remaining,
+                instance_spot_type=instance_type,
+                metadata=tuple(metadata.items()),
+            )
+        except ZLinkError as error:
+            if error.kind in (ErrorKind.NOT_FOUND, ErrorKind.UNAVAILABLE):
+                self.forget(target)
+            raise
         value = self._node.registry.messages.decode(reply.reply_type, reply.payload)
         if not isinstance(value, reply_type):
             raise ZLinkError(
@@ -211,10 +235,14 @@ class Remote:
         return value
 
     def settle_all(self) -> None:
-        """Shutdown: every remote request still waiting ends with ``SHUTTING_DOWN``."""
+        """Shutdown: every remote request still waiting ends with ``SHUTTING_DOWN`` (Rule 6)."""
         self._settled = True
-        for scope in list(self._calls):
-            scope.cancel()
+        waiters = list(self._route_waiters.values())
+        self._route_waiters.clear()
+        for event in waiters:
+            event.set()  # every call waiting for its route ends SHUTTING_DOWN
+        if self.mesh is not None:
+            self.mesh.end_requests(ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down"))
 
     # --- inbound -------------------------------------------------------------------------------
 
@@ -229,11 +257,77 @@ class Remote:
             self._answer(origin, message, ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving"))
             return
         # The budget counts from arrival, not from when the task gets to run.
-        nursery.start_soon(self._inbound_request, origin, message, trio.current_time())
+        arrived = trio.current_time()
+        if not self._admit_request(origin, message, arrived):
+            nursery.start_soon(self._inbound_request, origin, message, arrived)
+
+    def _admit_request(self, origin: PeerRun, message: Request, arrived: float) -> bool:
+        """Admit a request to a Spot ready here at once, its reply sent from the completion
+        lane (Rule 4); or answer its error now. ``False`` when it has to wait (no free job
+        permit, a closing incarnation) or targets an Actor: the caller runs it in a task.
+
+        The same steps, in the same order, as ``messaging.request`` for a local target."""
+        target = message.target
+        if type(target) is not SpotId:
+            return False
+        node = self._node
+        messaging = self._messaging
+        try:
+            decoded = node.registry.messages.decode(message.message_type, message.payload)
+            node.check_admitting()
+            jobs = node.jobs
+            if not jobs.try_acquire():
+                return False
+            try:
+                instance = (
+                    None
+                    if message.instance_spot_type is None
+                    else messaging.InstanceChoice(message.instance_spot_type)
+                )
+                found = messaging._resolve_now(
+                    node, target, type(decoded), HandlerKind.REQUEST, instance, True
+                )
+                if not isinstance(found, tuple):
+                    jobs.release()
+                    return False
+                activation, handler = found
+                deadline = arrived + max(message.budget_us / 1_000_000, 1e-6)
+                dispatcher = node.dispatcher
+                entry = dispatcher.register(
+                    partial(self._answer_outcome, origin, message, deadline)
+                )
+                try:
+                    activation.offer(
+                        Envelope(
+                            decoded,
+                            handler,
+                            MessageContext(target, dict(message.metadata), None, deadline),
+                            entry.route,
+                        )
+                    )
+                except BaseException:
+                    dispatcher.pop(entry.route)
+                    raise
+            except BaseException:
+                jobs.release()
+                raise
+        except ZLinkError as error:
+            self._answer(origin, message, _for_caller(error))
+        return True
+
+    def _answer_outcome(
+        self, origin: PeerRun, request: Request, deadline: float, outcome: Outcome
+    ) -> None:
+        """The completion of an admitted inbound request, on the completion lane (Rule 4)."""
+        if trio.current_time() >= deadline:
+            # The caller's transport ended the call with DEADLINE_EXCEEDED by now.
+            _log.debug("a reply to %s after its deadline was not sent", origin.node_rid)
+            return
+        error = outcome.error
+        self._answer(origin, request, outcome.value if error is None else _for_caller(error))
 
     async def _inbound_send(self, origin: PeerRun, message: Send) -> None:
-        from zlink_trio._runtime import messaging
-
+        messaging = self._messaging
         node = self._node
         try:
             decoded = node.registry.messages.decode(message.message_type, message.payload)
@@ -255,8 +349,7 @@ class Remote:
             )
 
     async def _inbound_request(self, origin: PeerRun, message: Request, arrived: float) -> None:
-        from zlink_trio._runtime import messaging
-
+        messaging = self._messaging
         node = self._node
         try:
             decoded = node.registry.messages.decode(message.message_type, message.payload)
@@ -286,11 +379,7 @@ class Remote:
                     local=True,
                 )
         except ZLinkError as error:
-            if error.kind is ErrorKind.CAPACITY_EXCEEDED:
-                # This host's queue is full: for the caller that is a resource another runtime
-                # owns, so it sees UNAVAILABLE, never CAPACITY_EXCEEDED (ERR-5.11).
-                error = ZLinkError(ErrorKind.UNAVAILABLE, f"the owner's queue is full: {error}")
-            self._answer(origin, message, error)
+            self._answer(origin, message, _for_caller(error))
             return
         self._answer(origin, message, result)
 
@@ -347,6 +436,7 @@ class Remote:
             async for event in events:
                 if isinstance(event, PeerUp | PeerChanged):
                     record = event.record
+                    self._gone.discard(record.rid)
                     if record.application_endpoint and record.completion_endpoint:
                         try:
                             mesh.add_peer(
@@ -360,6 +450,10 @@ class Remote:
                             _log.warning("cannot connect to %s: %s", record.rid, error)
                 elif isinstance(event, PeerDown):
                     mesh.remove_peer(event.rid)
+                    self._gone.add(event.rid)
+                    waiter = self._route_waiters.pop(event.rid, None)
+                    if waiter is not None:
+                        waiter.set()  # calls waiting for its route end UNAVAILABLE
                     for target, owner in list(self._cache.items()):
                         if owner == event.rid:
                             del self._cache[target]
@@ -395,3 +489,12 @@ class Remote:
     def close_inbound(self) -> None:
         """Stop taking inbound requests (those running keep their reply path)."""
         self._inbound = None
+
+
+def _for_caller(error: ZLinkError) -> ZLinkError:
+    """The error a remote caller gets for ``error`` raised here."""
+    if error.kind is ErrorKind.CAPACITY_EXCEEDED:
+        # This host's queue is full: for the caller that is a resource another runtime owns, so
+        # it sees UNAVAILABLE, never CAPACITY_EXCEEDED (ERR-5.11).
+        return ZLinkError(ErrorKind.UNAVAILABLE, f"the owner's queue is full: {error}")
+    return error

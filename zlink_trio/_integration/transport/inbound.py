@@ -13,15 +13,20 @@ connection remembered, bound to the run it opened. Later messages go through the
 ``PeerProtocol`` (role, stale replies) and are delivered only while their run is the route's
 current run, so nothing of a replaced or refused run is ever served. Nothing here raises on bad
 input: a reader that raised would stop serving every other peer.
+
+The application ROUTER delivers with :meth:`InboundConnections.receive`, awaiting the layer
+above (its backpressure); the completion ROUTER settles replies with
+:meth:`InboundConnections.receive_now`, which never waits.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
+from zlink_trio._integration.transport.liveness import Route
 from zlink_trio._integration.transport.routes import PeerRun, routing_identity
 from zlink_trio._wire import (
     ConnectionRole,
@@ -41,7 +46,7 @@ from zlink_trio._wire import (
 from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
 
-__all__ = ["OVERSIZED", "InboundConnections"]
+__all__ = ["OVERSIZED", "Deliver", "InboundConnections", "Settle"]
 
 logger = logging.getLogger("zlink_trio.transport")
 
@@ -50,6 +55,7 @@ OVERSIZED: Final = "oversized"
 
 Delivered = Send | Request | Reply | ErrorReply
 Deliver = Callable[[PeerRun, Delivered], Awaitable[None]]
+Settle = Callable[[Reply | ErrorReply], None]
 Opened = Callable[[NodeRid, NodeGeneration], "PeerRun | None"]
 """The mesh's answer to a Hello that passed: the run now current, or None when it is stale."""
 
@@ -74,21 +80,24 @@ class InboundConnections:
         generation: NodeGeneration,
         max_frame_bytes: int,
         drops: Counter[str],
-        current_run: Callable[[NodeRid], PeerRun | None],
-        mark_heard: Callable[[NodeRid], None],
+        routes: Mapping[NodeRid, Route],
         opened: Opened,
-        deliver: Deliver,
+        deliver: Deliver | None = None,
+        settle: Settle | None = None,
     ) -> None:
+        """``routes``: the mesh's routes by node RID, read to serve only a route's current run
+        and marked heard for each message of it. ``deliver`` (awaited, for :meth:`receive`) or
+        ``settle`` (called, for :meth:`receive_now`) takes each accepted message."""
         self._role = role
         self._mesh = mesh
         self._node_rid = node_rid
         self._generation = generation
         self._max_frame = max_frame_bytes
         self._drops = drops
-        self._current_run = current_run
-        self._mark_heard = mark_heard
+        self._routes = routes
         self._opened = opened
         self._deliver = deliver
+        self._settle = settle
         self._connections: dict[bytes, _Connection] = {}
         self._protocols: dict[NodeRid, PeerProtocol] = {}
         self._accepted: tuple[type, ...] = (
@@ -100,28 +109,47 @@ class InboundConnections:
         self._connections.pop(routing_identity(run.node_rid, run.generation), None)
 
     async def receive(self, frames: list[bytes]) -> None:
-        """Judge one multipart message from the ROUTER (routing id first) and deliver or drop it."""
+        """Judge one multipart message from the ROUTER (routing id first) and deliver or drop it.
+
+        Takes the list: the routing id is removed from it."""
+        judged = self._judge(frames)
+        if judged is not None:
+            assert self._deliver is not None  # the application role's reader calls this
+            await self._deliver(*judged)
+
+    def receive_now(self, frames: list[bytes]) -> None:
+        """Judge one multipart message and settle or drop it, without waiting (replies)."""
+        judged = self._judge(frames)
+        if judged is not None:
+            assert self._settle is not None  # the completion role's reader calls this
+            self._settle(judged[1])  # type: ignore[arg-type]  # the completion role's kinds
+
+    def _judge(self, frames: list[bytes]) -> tuple[PeerRun, Delivered] | None:
+        """The run and message to deliver, or None when the frames were handled here."""
         limit = self._max_frame
-        for frame in frames:
-            if len(frame) > limit:
-                self._drop(frames[0], OVERSIZED, f"a frame is larger than {limit} bytes")
-                return
+        if max(map(len, frames)) > limit:
+            self._drop(frames[0], OVERSIZED, f"a frame is larger than {limit} bytes")
+            return None
         identity = frames[0]
+        del frames[0]  # the body: no copy of the list per message
         connection = self._connections.get(identity)
         if connection is None:
-            self._open(identity, frames[1:])
-            return
-        verdict = connection.protocol.receive(frames[1:])
+            self._open(identity, frames)
+            return None
+        verdict = connection.protocol.receive(frames)
         run = connection.run
-        if type(verdict) in self._accepted:
-            if self._current_run(run.node_rid) is not run:
+        kind = type(verdict)
+        if kind in self._accepted:
+            route = self._routes.get(run.node_rid)
+            if route is None or route.run is not run:
                 self._drop(identity, RefusalReason.STALE_GENERATION.value, "a replaced run")
-                return
-            self._mark_heard(run.node_rid)
-            await self._deliver(run, verdict)  # type: ignore[arg-type]  # checked just above
-        elif type(verdict) is Heartbeat:
-            if self._current_run(run.node_rid) is run:
-                self._mark_heard(run.node_rid)
+                return None
+            route.heard = True
+            return run, verdict  # type: ignore[return-value]  # checked just above
+        if kind is Heartbeat:
+            route = self._routes.get(run.node_rid)
+            if route is not None and route.run is run:
+                route.heard = True
         elif type(verdict) is Refused:
             self._drop(identity, verdict.reason.value, verdict.detail)
         else:  # PeerOpened / PeerRestarted: a Hello again, e.g. from a link made anew
@@ -129,12 +157,13 @@ class InboundConnections:
             if identity != routing_identity(verdict.node_rid, verdict.generation):
                 detail = "a Hello of another run on an open connection"
                 self._drop(identity, RefusalReason.PEER_MISMATCH.value, detail)
-                return
+                return None
             current = self._opened(verdict.node_rid, verdict.generation)
             if current is None:
                 self._drop(identity, RefusalReason.STALE_GENERATION.value, "a replaced run")
-                return
+                return None
             connection.run = current
+        return None
 
     def _open(self, identity: bytes, body: list[bytes]) -> None:
         try:

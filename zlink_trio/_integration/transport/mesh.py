@@ -11,6 +11,7 @@ messages, ids, bytes and ``ZLinkError``):
 - ``mesh.reply(origin, Reply | ErrorReply)``: answers a request on the completion connection.
 - ``on_message(origin, Send | Request)``: awaited by the application reader for each message.
 - ``mesh.route_changes``: a receive channel of ``RouteUp`` / ``RouteLost``.
+- ``mesh.end_requests(error)``: ends every pending request with ``error``; the mesh stays open.
 - ``mesh.close()``: idempotent; ``mesh.drops``: bad input counted by reason.
 
 Theory of operation. Each node binds two ROUTERs, one per connection role (seed 002 §15), and
@@ -36,16 +37,15 @@ import math
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from functools import partial
-from typing import Final
+from typing import Final, cast
 
 import trio
 import zmq
 
 from zlink_trio._integration.transport.config import MeshConfig, PeerAddress
-from zlink_trio._integration.transport.inbound import InboundConnections
+from zlink_trio._integration.transport.inbound import Deliver, InboundConnections
 from zlink_trio._integration.transport.liveness import Opening, Route, Verdict
-from zlink_trio._integration.transport.pending import PendingReplies
+from zlink_trio._integration.transport.pending import TIMED_OUT, PendingReplies
 from zlink_trio._integration.transport.routes import (
     PeerRun,
     RouteChange,
@@ -53,7 +53,7 @@ from zlink_trio._integration.transport.routes import (
     RouteUp,
     routing_identity,
 )
-from zlink_trio._integration.transport.socket import OutboundLink, read_messages
+from zlink_trio._integration.transport.socket import OutboundLink, read_messages, read_replies
 from zlink_trio._wire import (
     PROTOCOL_VERSION,
     ConnectionRole,
@@ -109,7 +109,6 @@ class RouteMesh:
         self.drops: Counter[str] = Counter()
         """Messages dropped, by reason: a ``RefusalReason`` value, ``oversized``, ``late-reply``."""
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()  # one per process
-        self._on_message = on_message
         self._routes: dict[NodeRid, Route] = {}
         self._links: dict[NodeRid, _PeerLinks] = {}
         self._pending = PendingReplies()
@@ -135,18 +134,18 @@ class RouteMesh:
             "generation": config.generation,
             "max_frame_bytes": config.max_frame_bytes,
             "drops": self.drops,
-            "current_run": self._current_run,
-            "mark_heard": self._mark_heard,
+            "routes": self._routes,
             "opened": self._opened,
         }
         self._application_inbound = InboundConnections(
             role=ConnectionRole.APPLICATION,
-            deliver=self._deliver,
+            # The application role delivers only Send and Request (inbound.py checks the kind).
+            deliver=cast(Deliver, on_message),
             **inbound,  # type: ignore[arg-type]  # the shared keywords above
         )
         self._completion_inbound = InboundConnections(
             role=ConnectionRole.COMPLETION,
-            deliver=self._complete,
+            settle=self._complete,
             **inbound,  # type: ignore[arg-type]  # the shared keywords above
         )
 
@@ -243,21 +242,20 @@ class RouteMesh:
         DEADLINE_EXCEEDED, UNAVAILABLE (no route, route lost) or SHUTTING_DOWN; caller
         cancellation raises ``trio.Cancelled``. A reply after the end is discarded.
         """
-        # Everything before the frames are queued is on the round trip's critical path, and
-        # everything after it overlaps the flight of the request. So the fast path (the link
-        # takes the frames at once) opens its deadline scope only after submitting: admission
-        # took no wait, and the scope then bounds the reply wait by the same deadline. Only a
-        # request that must wait for capacity waits inside a scope from the start.
+        # The reply wait has no cancel scope: the pending table ends the entry at its deadline
+        # (pending.py). Only a request that must wait for capacity waits inside a scope, which
+        # also ends when the entry does.
         current_time = trio.current_time
         deadline = current_time() + timeout
         link, run = self._route_to(peer)
-        route, entry = self._pending.register(run)  # before submitting (seed 002 §10)
+        # Registered before submitting (seed 002 §10).
+        route, entry = self._pending.register(run, deadline)
         reply_route = ReplyRouteId(route)
         try:
             submitted = False
             while not submitted:
                 budget_us = int((deadline - current_time()) * 1_000_000)
-                if budget_us <= 0:
+                if budget_us <= 0 or entry.outcome is not None:  # out of time, or ended
                     break
                 frames = encode(
                     Request(
@@ -273,18 +271,18 @@ class RouteMesh:
                 )
                 submitted = link.try_send(frames)
                 if not submitted:
-                    with trio.move_on_at(deadline):
+                    with trio.move_on_at(deadline) as entry.admission:
                         await link.wait_capacity()
+                    entry.admission = None
             if submitted:
-                with trio.move_on_at(deadline):
-                    await entry.wait()
+                await entry.wait()
         finally:
             claimed = self._pending.claim(route, entry)
-        if claimed:
-            raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"no reply from {peer} in {timeout} s")
         outcome = entry.outcome
         if type(outcome) is Reply:
             return outcome
+        if claimed or outcome is TIMED_OUT:
+            raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"no reply from {peer} in {timeout} s")
         assert isinstance(outcome, ZLinkError)  # settled: a Reply or a ZLinkError
         raise outcome
 
@@ -298,10 +296,20 @@ class RouteMesh:
             raise ZLinkError(_SHUTTING_DOWN, "the RouteMesh is closed")
         route = self._routes.get(origin.node_rid)
         links = self._links.get(origin.node_rid)
-        if links is None or route is None or not route.up or route.run != origin:
+        if (
+            links is None
+            or route is None
+            or not route.up
+            or (route.run is not origin and route.run != origin)
+        ):
             raise ZLinkError(_UNAVAILABLE, f"no route to {origin.node_rid} for a reply")
         if not links.completion.try_send(encode(message)):
             raise ZLinkError(_UNAVAILABLE, "the completion connection did not take the reply")
+
+    def end_requests(self, error: ZLinkError) -> int:
+        """End every pending request with ``error`` (its host shuts down and settles what it
+        sent); sends, replies and new requests go on until :meth:`close`. Returns how many."""
+        return self._pending.fail(error)
 
     def close(self) -> None:
         """Stop sending and serving (idempotent); everything waiting ends SHUTTING_DOWN (TRN-21)."""
@@ -327,11 +335,11 @@ class RouteMesh:
                     read_messages, self._application, self._application_inbound.receive, batch
                 )
                 # Replies come singly and each wakes a waiting caller: read them one by one.
-                completion = partial(read_messages, one_by_one=True)
                 nursery.start_soon(
-                    completion, self._completion, self._completion_inbound.receive, batch
+                    read_replies, self._completion, self._completion_inbound.receive_now, batch
                 )
                 nursery.start_soon(self._keep_alive)
+                nursery.start_soon(self._pending.expire_forever)
                 for address in self.config.peers:
                     self.add_peer(address)
                 task_status.started()
@@ -415,13 +423,6 @@ class RouteMesh:
             raise ZLinkError(_UNAVAILABLE, f"no route to {peer}: not connected")
         return links.application, route.run
 
-    def _current_run(self, node_rid: NodeRid) -> PeerRun | None:
-        route = self._routes.get(node_rid)
-        return None if route is None else route.run
-
-    def _mark_heard(self, node_rid: NodeRid) -> None:
-        self._routes[node_rid].heard = True
-
     def _opened(self, node_rid: NodeRid, generation: NodeGeneration) -> PeerRun | None:
         route = self._routes.get(node_rid)
         if route is None:
@@ -455,13 +456,8 @@ class RouteMesh:
         self._pending.fail(ZLinkError(_UNAVAILABLE, message), run)
         self._send_changes.send_nowait(RouteLost(run, reason))
 
-    async def _deliver(self, origin: PeerRun, message: Send | Request | Reply | ErrorReply) -> None:
-        await self._on_message(origin, message)  # type: ignore[arg-type]  # application role only
-
-    async def _complete(
-        self, _origin: PeerRun, message: Send | Request | Reply | ErrorReply
-    ) -> None:
-        if not self._pending.complete(message):  # type: ignore[arg-type]  # completion role only
+    def _complete(self, message: Reply | ErrorReply) -> None:
+        if not self._pending.complete(message):
             self.drops[LATE_REPLY] += 1
 
 

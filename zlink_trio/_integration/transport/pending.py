@@ -13,40 +13,60 @@ reschedules that task directly. This is the request's latency path: an Event wou
 lot and its bookkeeping per request. A caller that is cancelled or times out while parked leaves
 the slot empty (its abort), so no later pop can reschedule a task that is no longer waiting; a pop
 while the caller is not parked yet (it still waits for capacity) only stores the outcome, which
-:meth:`PendingReply.wait` then returns at once.
+:meth:`PendingReply.wait` then returns at once. A caller still waiting for capacity to submit
+(see ``mesh.py``) leaves the cancel scope of that wait in the entry, and a pop cancels it, so an
+ending that comes first (e.g. :meth:`PendingReplies.fail` at shutdown) also ends that wait.
+
+Timeouts are the table's own, not a cancel scope per request: each entry keeps its deadline, and
+one task (:meth:`PendingReplies.expire_forever`) sleeps until the earliest deadline the table may
+hold, then pops every entry whose deadline has passed and settles it with :data:`TIMED_OUT`. A
+registration with an earlier deadline moves that task's wake-up forward; an entry that ended
+otherwise leaves the wake-up where it was, and the task then finds nothing due, recomputes the
+earliest deadline and sleeps again. So a timeout is one more pop among the others.
 """
 
 from __future__ import annotations
+
+import math
+from typing import Final
 
 import trio
 
 from zlink_trio._integration.transport.routes import PeerRun
 from zlink_trio._wire import ErrorReply, Reply
-from zlink_trio.errors import ZLinkError
+from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["PendingReplies", "PendingReply"]
+__all__ = ["TIMED_OUT", "PendingReplies", "PendingReply"]
 
 _SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
+
+TIMED_OUT: Final = ZLinkError(ErrorKind.DEADLINE_EXCEEDED, "no reply in time")
+"""The outcome of an entry whose deadline passed; its caller raises its own error for it."""
 
 
 class PendingReply:
     """One waiting request: the run it was sent to and, once settled, its outcome."""
 
-    __slots__ = ("outcome", "run", "task")
+    __slots__ = ("admission", "deadline", "outcome", "run", "task")
 
-    def __init__(self, run: PeerRun) -> None:
+    def __init__(self, run: PeerRun, deadline: float) -> None:
         self.run = run
+        self.deadline = deadline
         self.outcome: Reply | ZLinkError | None = None
         self.task: trio.lowlevel.Task | None = None
         """The caller's task while it is parked in :meth:`wait`; None otherwise."""
+        self.admission: trio.CancelScope | None = None
+        """The scope of the caller's wait for capacity while it waits to submit; None otherwise."""
 
     def settle(self, outcome: Reply | ZLinkError) -> None:
-        """Store the outcome and wake the parked caller; only the path that popped the entry."""
+        """Store the outcome and wake the caller; only the path that popped the entry."""
         self.outcome = outcome
         task = self.task
         if task is not None:
             self.task = None
             trio.lowlevel.reschedule(task)
+        elif self.admission is not None:
+            self.admission.cancel()  # it waits to submit: nothing is left to submit
 
     async def wait(self) -> None:
         """Return once the entry is settled; cancellable (then the entry stays unsettled)."""
@@ -64,21 +84,42 @@ class PendingReply:
 class PendingReplies:
     """Requests of this node run waiting for replies, by ReplyRouteId value."""
 
-    __slots__ = ("_entries", "_last_route")
+    __slots__ = ("_entries", "_expiry", "_last_route", "_next_expiry")
 
     def __init__(self) -> None:
         self._entries: dict[int, PendingReply] = {}
         self._last_route = 0
+        self._next_expiry = math.inf
+        """No entry's deadline is earlier; the expiry task wakes up then."""
+        self._expiry: trio.CancelScope | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def register(self, run: PeerRun) -> tuple[int, PendingReply]:
-        """A fresh ReplyRouteId value (unique within this run) and its registered entry."""
+    def register(self, run: PeerRun, deadline: float) -> tuple[int, PendingReply]:
+        """A fresh ReplyRouteId value (unique within this run) and its registered entry, which
+        ends with :data:`TIMED_OUT` at ``deadline`` unless another ending comes first."""
         self._last_route += 1
-        entry = PendingReply(run)
+        entry = PendingReply(run, deadline)
         self._entries[self._last_route] = entry
+        if deadline < self._next_expiry:
+            self._next_expiry = deadline
+            if self._expiry is not None:
+                self._expiry.deadline = deadline
         return self._last_route, entry
+
+    async def expire_forever(self) -> None:
+        """Settle each entry with :data:`TIMED_OUT` once its deadline passes; until cancelled."""
+        while True:
+            with trio.CancelScope(deadline=self._next_expiry) as self._expiry:
+                await trio.sleep_forever()
+            self._expiry = None
+            now = trio.current_time()
+            entries = self._entries
+            due = [route for route, entry in entries.items() if entry.deadline <= now]
+            for route in due:
+                entries.pop(route).settle(TIMED_OUT)
+            self._next_expiry = min((e.deadline for e in entries.values()), default=math.inf)
 
     def claim(self, route: int, entry: PendingReply) -> bool:
         """Take ``entry`` out for its own caller (timeout, cancellation); False if settled."""

@@ -1,6 +1,7 @@
 """pyzmq driven by Trio: one owner task per socket, no threads, no busy polling (TRN-8..11).
 
-- :func:`read_messages`: the owner loop of a receiving socket (our bound ROUTERs).
+- :func:`read_messages` / :func:`read_replies`: the owner loop of a receiving socket (our bound
+  ROUTERs), for messages handled by awaiting, and for replies handled without waiting.
 - :class:`OutboundLink`: one connecting DEALER towards one peer in one role, with its owner task
   that watches the socket when a sender has to wait for capacity.
 
@@ -33,26 +34,36 @@ from typing import Final, cast
 
 import trio
 import zmq
+from zmq.backend import Socket as _BackendSocket
 
 from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["OutboundLink", "read_messages"]
+__all__ = ["OutboundLink", "read_messages", "read_replies"]
 
 _Events = Callable[[int], int]
 """``getsockopt`` as used here: ``zmq.EVENTS`` is an int (pyzmq types it ``int | bytes``)."""
+_Receive = Callable[[int, bool], zmq.Frame]
+"""``recv`` as used here: one frame, not copied (``copy=False``), read with ``bytes``/``more``."""
 
 _NOBLOCK: Final = zmq.NOBLOCK
+_MORE_NOBLOCK: Final = zmq.SNDMORE | zmq.NOBLOCK
 _POLLIN: Final = zmq.POLLIN
 _POLLOUT: Final = zmq.POLLOUT
 _EVENTS: Final = zmq.EVENTS
+_SUCCEEDED: Final = trio.lowlevel.Abort.SUCCEEDED
+# pyzmq's own frame calls, without the Python layer of ``send_multipart`` / ``recv_multipart``
+# around them (type checks, keyword handling, a Python call per frame): a message here is always
+# a short list of ``bytes``, sent with the copying defaults those wrappers would use. Receiving
+# takes each frame as a ``zmq.Frame`` and asks it whether more follow, instead of reading
+# ``RCVMORE`` with ``getsockopt`` (which pyzmq 27 makes look the option up in a Python enum); its
+# ``bytes`` is the same copy ``recv_multipart`` returns.
+_send_frame = _BackendSocket.send
 
 
 async def read_messages(
     socket: zmq.Socket[bytes],
     handle: Callable[[list[bytes]], Awaitable[None]],
     batch: int,
-    *,
-    one_by_one: bool = False,
 ) -> None:
     """Receive every multipart message of ``socket`` into ``handle``, one at a time, forever.
 
@@ -60,26 +71,61 @@ async def read_messages(
     messages, or when the socket is empty. It returns when the FD is closed under it
     (``trio.lowlevel.notify_closing``); ``handle`` may wait, and then the socket is not read.
 
-    How it finds the socket empty: by default it receives until EAGAIN, which costs one raised
-    ``zmq.Again`` per wake-up and nothing per message, the cheap way through a burst. With
-    ``one_by_one`` it reads EVENTS after each message instead, which costs a little per message
-    but less than an ``Again`` per wake-up: the cheap way when messages come singly and each one
-    wakes a waiter whose latency counts (replies), because this reader runs until it waits again
-    before the woken task resumes.
+    It finds the socket empty by receiving until EAGAIN, which costs one raised ``zmq.Again`` per
+    wake-up and nothing per message: the cheap way through a burst.
     """
     fd = socket.fileno()
-    receive = socket.recv_multipart
-    events = cast(_Events, socket.getsockopt)
+    receive = cast(_Receive, socket.recv)
+    events = cast(_Events, socket.get)
+    try:
+        while True:
+            for _ in range(batch):
+                try:
+                    frame = receive(_NOBLOCK, False)
+                except zmq.Again:
+                    break
+                frames = [frame.bytes]
+                # The rest of a multipart message is already here: libzmq delivers it whole.
+                while frame.more:
+                    frame = receive(_NOBLOCK, False)
+                    frames.append(frame.bytes)
+                await handle(frames)
+            else:
+                await trio.lowlevel.checkpoint()  # a full batch: give other tasks their turn
+                continue
+            if not events(_EVENTS) & _POLLIN:  # Rule 1
+                await trio.lowlevel.wait_readable(fd)
+    except trio.ClosedResourceError:
+        return
+
+
+async def read_replies(
+    socket: zmq.Socket[bytes], handle: Callable[[list[bytes]], None], batch: int
+) -> None:
+    """:func:`read_messages` for a ``handle`` that never waits (it is called, not awaited).
+
+    It reads EVENTS after each message instead of receiving until EAGAIN, which costs a little
+    per message but less than an ``Again`` per wake-up: the cheap way when messages come singly
+    and each one wakes a waiter whose latency counts (replies), because this reader runs until it
+    waits again before the woken task resumes.
+    """
+    fd = socket.fileno()
+    receive = cast(_Receive, socket.recv)
+    events = cast(_Events, socket.get)
     try:
         while True:
             empty = False  # EVENTS said so just now, with no call on the socket since
             for _ in range(batch):
                 try:
-                    frames = receive(_NOBLOCK)
+                    frame = receive(_NOBLOCK, False)
                 except zmq.Again:
                     break
-                await handle(frames)
-                if one_by_one and not events(_EVENTS) & _POLLIN:  # Rule 1
+                frames = [frame.bytes]
+                while frame.more:
+                    frame = receive(_NOBLOCK, False)
+                    frames.append(frame.bytes)
+                handle(frames)
+                if not events(_EVENTS) & _POLLIN:  # Rule 1
                     empty = True
                     break
             else:
@@ -104,7 +150,9 @@ class OutboundLink:
     def __init__(self, socket: zmq.Socket[bytes]) -> None:
         self._socket = socket
         self._fd = socket.fileno()
-        self._waiters = trio.lowlevel.ParkingLot()
+        # The parked senders, in arrival order: a plain dict, so the gate test on every send is
+        # a C-level truth test (a ParkingLot's is a Python call).
+        self._waiters: dict[trio.lowlevel.Task, None] = {}
         self._owner_idle = trio.lowlevel.ParkingLot()
         self._watching = False
         self._closed: tuple[ErrorKind, str] | None = None
@@ -124,8 +172,13 @@ class OutboundLink:
             raise ZLinkError(*self._closed)
         if self._waiters or self._watching:  # Rule 2: the owner has the socket
             return False
+        socket = self._socket
         try:
-            self._socket.send_multipart(frames, _NOBLOCK)
+            # A DEALER takes a multipart message whole or not at all: only its first frame can
+            # meet the high-water mark, so an Again comes before anything was queued.
+            for frame in frames[:-1]:
+                _send_frame(socket, frame, _MORE_NOBLOCK)
+            _send_frame(socket, frames[-1], _NOBLOCK)
         except zmq.Again:
             return False
         return True
@@ -138,7 +191,14 @@ class OutboundLink:
         if self._closed is not None:
             raise ZLinkError(*self._closed)
         self._owner_idle.unpark_all()
-        await self._waiters.park()
+        task = trio.lowlevel.current_task()
+        self._waiters[task] = None
+
+        def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
+            del self._waiters[task]
+            return _SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
         if self._closed is not None:
             raise ZLinkError(*self._closed)
 
@@ -152,7 +212,7 @@ class OutboundLink:
                         await self._owner_idle.park()
                         continue
                     if events(_EVENTS) & _POLLOUT:  # Rule 1
-                        self._waiters.unpark_all()
+                        self._unpark_all()
                         continue
                     self._watching = True
                     try:
@@ -162,6 +222,13 @@ class OutboundLink:
             except trio.ClosedResourceError:
                 return
 
+    def _unpark_all(self) -> None:
+        """Wake every parked sender, oldest first (what ``ParkingLot.unpark_all`` did)."""
+        waiters = list(self._waiters)
+        self._waiters.clear()
+        for task in waiters:
+            trio.lowlevel.reschedule(task)
+
     def close(self, kind: ErrorKind, message: str, linger: float) -> None:
         """Close the socket (idempotent): waiting senders raise ``ZLinkError(kind, message)``.
 
@@ -170,7 +237,7 @@ class OutboundLink:
         if self._closed is not None:
             return
         self._closed = (kind, message)
-        self._waiters.unpark_all()
+        self._unpark_all()
         self._scope.cancel()
         trio.lowlevel.notify_closing(self._fd)  # the owner may be waiting on the FD
         self._socket.close(linger=int(linger * 1000))
