@@ -90,6 +90,15 @@ class _SingleUse:
         return await turn.wait_outside(run)
 
 
+def _declared_reply(node: LocalNode, reply_type: type[R]) -> type[R]:
+    """``reply_type`` if it is a declared message class; ``TypeError`` otherwise."""
+    if not isinstance(reply_type, type):
+        raise TypeError(f"reply_type takes a class, not {reply_type!r}")
+    if not node.registry.is_message(reply_type):
+        raise TypeError(f"reply_type {reply_type.__qualname__} is not declared with @app.message")
+    return reply_type
+
+
 class _Carrying(_SingleUse):
     """What every send and request shares: a declared message and its metadata."""
 
@@ -177,13 +186,7 @@ class SpotRequestCall(_Addressed, Generic[R]):
         self, node: LocalNode, spot_id: SpotId, message: object, reply_type: type[R]
     ) -> None:
         super().__init__(node, spot_id, message)
-        if not isinstance(reply_type, type):
-            raise TypeError(f"reply_type takes a class, not {reply_type!r}")
-        if not node.registry.is_message(reply_type):
-            raise TypeError(
-                f"reply_type {reply_type.__qualname__} is not declared with @app.message"
-            )
-        self._reply_type = reply_type
+        self._reply_type = _declared_reply(node, reply_type)
         self._timeout = node.config.request_timeout
 
     def metadata(self, key: str, value: str) -> SpotRequestCall[R]:
@@ -335,13 +338,7 @@ class ActorRequestCall(_ToActor, Generic[R]):
         self, node: LocalNode, actor_id: ActorId, message: object, reply_type: type[R]
     ) -> None:
         super().__init__(node, actor_id, message)
-        if not isinstance(reply_type, type):
-            raise TypeError(f"reply_type takes a class, not {reply_type!r}")
-        if not node.registry.is_message(reply_type):
-            raise TypeError(
-                f"reply_type {reply_type.__qualname__} is not declared with @app.message"
-            )
-        self._reply_type = reply_type
+        self._reply_type = _declared_reply(node, reply_type)
         self._timeout = node.config.request_timeout
 
     def metadata(self, key: str, value: str) -> ActorRequestCall[R]:
