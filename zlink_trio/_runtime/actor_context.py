@@ -15,17 +15,15 @@ from typing import TYPE_CHECKING
 import trio
 
 from zlink_trio._runtime.config import check_timeout
+from zlink_trio._runtime.context import HostReach
 from zlink_trio._runtime.gate import current_turn
 from zlink_trio._runtime.node import LocalNode
-from zlink_trio._runtime.route import Route, spot_id_of
-from zlink_trio._runtime.spots import SpotManager
-from zlink_trio._runtime.worker_calls import Workers
+from zlink_trio._runtime.route import spot_id_of
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, ActorRef, SpotId
 
 if TYPE_CHECKING:
     from zlink_trio._runtime.actor_activation import ActorActivation
-    from zlink_trio._runtime.actors import ActorManager
 
 __all__ = ["MAX_JOINS_PER_TURN", "ActorContext", "ActorJoinCall"]
 
@@ -39,7 +37,7 @@ def _invalid(message: str) -> ZLinkError:
     return ZLinkError(ErrorKind.INVALID_OPERATION, message)
 
 
-class ActorContext:
+class ActorContext(HostReach):
     """What an Actor knows about itself and how it reaches others: ``actor_id``, ``ref``,
     ``spot_id`` (its current Spot), ``route``, ``spots``, ``actors``, ``workers``, and the
     deferred joins ``join_spot`` / ``join_entry_spot``."""
@@ -67,32 +65,6 @@ class ActorContext:
     def spot_id(self) -> SpotId:
         """The Spot this Actor is a member of now (the Entry Spot's id when in none)."""
         return self._live().spot.spot_id
-
-    @property
-    def route(self) -> Route:
-        """The route client, for sends and requests from this Actor."""
-        self._live()
-        return Route(self._node)
-
-    @property
-    def spots(self) -> SpotManager:
-        """The Spot manager."""
-        self._live()
-        return SpotManager(self._node)
-
-    @property
-    def actors(self) -> ActorManager:
-        """The Actor manager."""
-        from zlink_trio._runtime.actors import ActorManager
-
-        self._live()
-        return ActorManager(self._node)
-
-    @property
-    def workers(self) -> Workers:
-        """CPU and I/O worker calls on the host's worker scheduler."""
-        self._live()
-        return Workers(self._node)
 
     def join_spot(self, spot_id: SpotId | str, request: object | None = None) -> ActorJoinCall:
         """A single-use join of this Actor to the User Spot ``spot_id``; ``request`` reaches

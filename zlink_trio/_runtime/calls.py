@@ -24,7 +24,7 @@ import trio
 from zlink_trio._runtime import creation, messaging
 from zlink_trio._runtime.config import check_timeout
 from zlink_trio._runtime.gate import current_turn
-from zlink_trio._runtime.messaging import InstanceChoice
+from zlink_trio._runtime.mailbox import InstanceChoice
 from zlink_trio._runtime.node import LocalNode
 from zlink_trio._runtime.spot import SpotCreateResult
 from zlink_trio.errors import ErrorKind, ZLinkError

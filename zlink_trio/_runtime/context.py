@@ -24,10 +24,46 @@ if TYPE_CHECKING:
     from zlink_trio._runtime.activation import Activation
     from zlink_trio._runtime.actors import ActorManager
 
-__all__ = ["SpotContext"]
+__all__ = ["HostReach", "SpotContext"]
 
 
-class SpotContext:
+class HostReach:
+    """What the context of a Spot and of an Actor share: the host's clients, handed out only
+    while the activation is live (SHUT-4.3)."""
+
+    _node: LocalNode
+
+    def _live(self) -> object:
+        raise NotImplementedError
+
+    @property
+    def route(self) -> Route:
+        """The route client, for sends and requests from this activation."""
+        self._live()
+        return Route(self._node)
+
+    @property
+    def spots(self) -> SpotManager:
+        """The Spot manager."""
+        self._live()
+        return SpotManager(self._node)
+
+    @property
+    def actors(self) -> ActorManager:
+        """The Actor manager."""
+        from zlink_trio._runtime.actors import ActorManager
+
+        self._live()
+        return ActorManager(self._node)
+
+    @property
+    def workers(self) -> Workers:
+        """CPU and I/O worker calls on the host's worker scheduler."""
+        self._live()
+        return Workers(self._node)
+
+
+class SpotContext(HostReach):
     """What a Spot knows about itself and how it reaches others: ``spot_id``, ``ref``,
     ``route``, ``spots``, ``timers``, ``workers``, and ``close()`` for an Instance Spot."""
 
@@ -58,26 +94,6 @@ class SpotContext:
         return self._live().ref
 
     @property
-    def route(self) -> Route:
-        """The route client, for sends and requests from this Spot."""
-        self._live()
-        return Route(self._node)
-
-    @property
-    def spots(self) -> SpotManager:
-        """The Spot manager."""
-        self._live()
-        return SpotManager(self._node)
-
-    @property
-    def actors(self) -> ActorManager:
-        """The Actor manager."""
-        from zlink_trio._runtime.actors import ActorManager
-
-        self._live()
-        return ActorManager(self._node)
-
-    @property
     def members(self) -> frozenset[ActorId]:
         """The ids of this Spot's member Actors now (User and Entry Spots)."""
         return frozenset(actor.actor_id for actor in self._activation.members)
@@ -87,12 +103,6 @@ class SpotContext:
         """This activation's logical timers: ``start(name, interval, options=None)``,
         ``stop(name)``."""
         return self._live().timers
-
-    @property
-    def workers(self) -> Workers:
-        """CPU and I/O worker calls on the host's worker scheduler."""
-        self._live()
-        return Workers(self._node)
 
     async def close(self) -> None:
         """Close this Instance Spot with reason ``EXPLICIT_CLOSE``. Messages already admitted

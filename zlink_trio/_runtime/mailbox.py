@@ -27,10 +27,20 @@ from zlink_trio._runtime.completion import CompletionDispatcher, Outcome
 from zlink_trio._runtime.spot import MessageContext
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import StableTypeName
 
-__all__ = ["Envelope", "JobPermits", "Mailbox", "fail_one", "reply"]
+__all__ = ["Envelope", "InstanceChoice", "JobPermits", "Mailbox", "fail_one", "reply"]
 
 _log = logging.getLogger("zlink_trio.runtime.mailbox")
+
+
+class InstanceChoice:
+    """``instance_spot()`` (``type_name`` ``None``) or ``instance_spot(type_name)``."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: StableTypeName | None) -> None:
+        self.type_name = type_name
 
 
 @attrs.frozen

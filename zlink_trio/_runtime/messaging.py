@@ -30,23 +30,14 @@ from zlink_trio._runtime.application import ActorType, Handler, SpotType
 from zlink_trio._runtime.completion import Outcome, PendingCall
 from zlink_trio._runtime.gate import current_turn
 from zlink_trio._runtime.handlers import HandlerKind
-from zlink_trio._runtime.mailbox import Envelope
+from zlink_trio._runtime.mailbox import Envelope, InstanceChoice
 from zlink_trio._runtime.node import LocalNode
 from zlink_trio._runtime.remote import STALE, Owner
 from zlink_trio._runtime.spot import MessageContext
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, MeshName, SpotId, SpotKind, StableTypeName
 
-__all__ = ["InstanceChoice", "request", "request_actor", "send", "send_actor"]
-
-
-class InstanceChoice:
-    """``instance_spot()`` (``type_name`` ``None``) or ``instance_spot(type_name)``."""
-
-    __slots__ = ("type_name",)
-
-    def __init__(self, type_name: StableTypeName | None) -> None:
-        self.type_name = type_name
+__all__ = ["request", "request_actor", "send", "send_actor"]
 
 
 async def send(

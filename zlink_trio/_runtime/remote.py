@@ -54,7 +54,7 @@ from zlink_trio._integration.transport import (
 )
 from zlink_trio._runtime.completion import Outcome
 from zlink_trio._runtime.handlers import HandlerKind
-from zlink_trio._runtime.mailbox import Envelope
+from zlink_trio._runtime.mailbox import Envelope, InstanceChoice
 from zlink_trio._runtime.membership import Membership, PeerChanged, PeerDown, PeerUp
 from zlink_trio._runtime.spot import MessageContext
 from zlink_trio._wire import ErrorReply, OperationId, Reply, Request, Send
@@ -279,11 +279,7 @@ class Remote:
             if not jobs.try_acquire():
                 return False
             try:
-                instance = (
-                    None
-                    if message.instance_spot_type is None
-                    else messaging.InstanceChoice(message.instance_spot_type)
-                )
+                instance = _instance_of(message)
                 found = messaging._resolve_now(
                     node, target, type(decoded), HandlerKind.REQUEST, instance, True
                 )
@@ -335,11 +331,7 @@ class Remote:
             if isinstance(message.target, ActorId):
                 await messaging.send_actor(node, message.target, decoded, metadata, local=True)
             else:
-                instance = (
-                    None
-                    if message.instance_spot_type is None
-                    else messaging.InstanceChoice(message.instance_spot_type)
-                )
+                instance = _instance_of(message)
                 await messaging.send(
                     node, message.target, decoded, metadata, instance, None, local=True
                 )
@@ -362,11 +354,7 @@ class Remote:
                     node, message.target, decoded, handler_reply, metadata, budget, local=True
                 )
             else:
-                instance = (
-                    None
-                    if message.instance_spot_type is None
-                    else messaging.InstanceChoice(message.instance_spot_type)
-                )
+                instance = _instance_of(message)
                 result = await messaging.request(
                     node,
                     message.target,
@@ -498,3 +486,9 @@ def _for_caller(error: ZLinkError) -> ZLinkError:
         # it sees UNAVAILABLE, never CAPACITY_EXCEEDED (ERR-5.11).
         return ZLinkError(ErrorKind.UNAVAILABLE, f"the owner's queue is full: {error}")
     return error
+
+
+def _instance_of(message: Send | Request) -> InstanceChoice | None:
+    """The ``instance_spot(type)`` choice a message from a peer carries, if any."""
+    kind = message.instance_spot_type
+    return None if kind is None else InstanceChoice(kind)
