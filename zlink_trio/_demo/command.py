@@ -1,0 +1,83 @@
+"""The ``zlink-trio demo`` command around one run (specs/demo.md DEMO-1, DEMO-5, DEMO-6).
+
+``main`` resolves the store - ``--dsn``, else ``ZLINK_STORE_DSN``, else a temporary embedded
+PostgreSQL in a folder of its own, stopped and removed at the end - and runs one ``Parent`` on
+it. It owns the signals: the first Ctrl-C (SIGINT) or SIGTERM stops the workload and still runs
+the ordered shutdown, then the demo exits 130; a second one kills the hosts still running. The
+exit status is 0 only when every host exited 0 and no call failed, else 1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import trio
+
+import zlink_trio as zl
+from zlink_trio._demo.parent import Parent
+from zlink_trio._demo.record import HostRecord
+
+__all__ = ["EMBEDDED_START_TIMEOUT", "main"]
+
+EMBEDDED_START_TIMEOUT = 60.0
+"""Seconds the temporary embedded PostgreSQL gets to start, and to stop."""
+
+
+async def _watch_signals(interrupted: trio.Event, hosts: Iterable[HostRecord]) -> None:
+    """The first Ctrl-C (or SIGTERM) ends the workload and starts the ordered shutdown; a
+    second one kills the hosts that are still running."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _signum in signals:
+            if not interrupted.is_set():
+                print("\ninterrupted: shutting every host down", file=sys.stderr, flush=True)
+                interrupted.set()
+                continue
+            for host in hosts:
+                if host.process is not None and host.returncode is None:
+                    host.process.kill()
+
+
+async def _demo(hosts: int, seconds: float, dsn: str | None) -> int:
+    from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
+
+    interrupted = trio.Event()
+    workdir = Path(tempfile.mkdtemp(prefix="zlink-demo-"))
+    server: EmbeddedPostgres | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            parent_hosts: list[HostRecord] = []
+            nursery.start_soon(_watch_signals, interrupted, parent_hosts)
+            dsn = dsn or os.environ.get(DSN_VARIABLE) or None
+            if dsn is None:
+                print(f"store: a temporary embedded PostgreSQL in {workdir}", flush=True)
+                server = EmbeddedPostgres(workdir / "pgdata")
+                dsn = await server.start(EMBEDDED_START_TIMEOUT)
+            else:
+                print("store: the PostgreSQL named by --dsn / $ZLINK_STORE_DSN", flush=True)
+            parent = Parent(hosts, seconds, dsn, workdir, sys.stdout)
+            parent_hosts.extend(parent.hosts)
+            ok = await parent.run(interrupted)
+            nursery.cancel_scope.cancel()
+    finally:
+        if server is not None:
+            with trio.CancelScope(shield=True):
+                await server.stop(EMBEDDED_START_TIMEOUT)
+        shutil.rmtree(workdir, ignore_errors=True)
+    if interrupted.is_set():
+        return 130
+    return 0 if ok else 1
+
+
+def main(*, hosts: int, seconds: float, dsn: str | None) -> int:
+    """``zlink-trio demo``: 0 when every host exited 0 and no call failed."""
+    try:
+        return trio.run(_demo, hosts, seconds, dsn)
+    except (zl.ZLinkError, zl.ConfigurationError) as error:
+        print(f"zlink-trio demo: {error}", file=sys.stderr)
+        return 1

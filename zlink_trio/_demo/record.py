@@ -1,0 +1,76 @@
+"""What the demo records of each host, and how its numbers read (specs/demo.md DEMO-3, DEMO-4).
+
+``HostRecord`` is everything the parent knows about one host process: its phase in the protocol,
+the counts and latencies its ``stats`` events added up, its failed calls by kind (with the first
+of each kind as an example), the tail of its stderr and its exit status. The live view
+(``view``) and the summary table (``summary``) both read these records, and both write their
+numbers with the helpers here: ``percentile`` (nearest rank), ``micros``, ``count`` and
+``errors_text`` (``none`` when nothing failed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter as Tally
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+__all__ = ["HostRecord", "count", "errors_text", "micros", "percentile"]
+
+
+@attrs.define
+class HostRecord:
+    """What the parent knows about one host process."""
+
+    index: int
+    rid: str
+    config: Path
+    process: trio.Process | None = None
+    phase: str = "starting"
+    sends: int = 0
+    requests: int = 0
+    latencies: list[int] = attrs.field(factory=list)
+    errors: Tally[str] = attrs.field(factory=Tally)
+    set_up: dict[str, Any] = attrs.field(factory=dict)
+    failure: str | None = None
+    samples: dict[str, str] = attrs.field(factory=dict)
+    """The first failed call of each error kind, as the host described it."""
+    stderr_tail: deque[str] = attrs.field(factory=lambda: deque(maxlen=40))
+    returncode: int | None = None
+    output_ended: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def name(self) -> str:
+        return f"h{self.index + 1}"
+
+
+def percentile(values: list[int], fraction: float) -> int | None:
+    """The nearest-rank percentile of ``values`` (sorted here), or ``None`` when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def micros(value: int | None) -> str:
+    """A latency in microseconds with thousands separators, ``-`` when there is none."""
+    return "-" if value is None else f"{value:,}µs"
+
+
+def count(number: int, noun: str) -> str:
+    """``1 host``, ``3 hosts``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def errors_text(errors: Mapping[str, int]) -> str:
+    """``KIND=n`` for every kind that failed, by kind; ``none`` when no call failed."""
+    found = {kind: number for kind, number in errors.items() if number}
+    if not found:
+        return "none"
+    return " ".join(f"{kind}={number}" for kind, number in sorted(found.items()))
