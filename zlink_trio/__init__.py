@@ -4,44 +4,37 @@ This module is the public contract: every public name is re-exported here and li
 ``__all__``; everything else lives in ``_``-packages and may change without notice.
 """
 
-from zlink_trio._runtime.actor import (
-    Actor,
+from zlink_trio._runtime.application.application import Application
+from zlink_trio._runtime.application.bases import Actor, EntrySpot, InstanceSpot, Spot
+from zlink_trio._runtime.application.contexts import ActorContext, ActorJoinCall, SpotContext
+from zlink_trio._runtime.calls.actor_calls import ActorCreateCall, ActorRequestCall, ActorSendCall
+from zlink_trio._runtime.calls.actor_manager import ActorManager
+from zlink_trio._runtime.calls.route import Route
+from zlink_trio._runtime.calls.spot_calls import SpotCreateCall, SpotRequestCall, SpotSendCall
+from zlink_trio._runtime.calls.spot_manager import SpotManager
+from zlink_trio._runtime.calls.worker_calls import WorkerCall, Workers
+from zlink_trio._runtime.declarations.config import HostConfig
+from zlink_trio._runtime.declarations.handlers import (
+    packet_handler,
+    request_handler,
+    timer_handler,
+)
+from zlink_trio._runtime.declarations.values import (
+    ActorCreateResponse,
     ActorCreateResult,
     ActorCreateStatus,
     ActorJoinCompletion,
     ActorJoinOutcome,
-)
-from zlink_trio._runtime.actor_context import ActorContext, ActorJoinCall
-from zlink_trio._runtime.actors import ActorCreateCall, ActorManager
-from zlink_trio._runtime.application import Application
-from zlink_trio._runtime.calls import (
-    ActorRequestCall,
-    ActorSendCall,
-    SpotCreateCall,
-    SpotRequestCall,
-    SpotSendCall,
-)
-from zlink_trio._runtime.config import HostConfig
-from zlink_trio._runtime.context import SpotContext
-from zlink_trio._runtime.handlers import packet_handler, request_handler, timer_handler
-from zlink_trio._runtime.host import Host, open_host
-from zlink_trio._runtime.route import Route
-from zlink_trio._runtime.spot import (
-    ActorCreateResponse,
-    EntrySpot,
-    InstanceSpot,
     MessageContext,
-    Spot,
     SpotActorJoinResult,
     SpotClosingContext,
     SpotCreateResponse,
     SpotCreateResult,
     SpotCreateStatus,
 )
-from zlink_trio._runtime.spot_timers import SpotTimers
-from zlink_trio._runtime.spots import SpotManager
-from zlink_trio._runtime.timers import TimerTick
-from zlink_trio._runtime.worker_calls import WorkerCall, Workers
+from zlink_trio._runtime.engines.timers import TimerTick
+from zlink_trio._runtime.host.host import Host, open_host
+from zlink_trio._runtime.spots.timers import SpotTimers
 from zlink_trio._version import __version__
 from zlink_trio.errors import ConfigurationError, ErrorKind, ZLinkError
 from zlink_trio.ids import (

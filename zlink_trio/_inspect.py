@@ -2,7 +2,7 @@
 
 It reads three kinds of record and writes nothing:
 
-    m/<mesh>/node/<rid>     a node run's record (``membership.NodeRecord``, MESH-1)
+    m/<mesh>/node/<rid>     a node run's record (``node_record.NodeRecord``, MESH-1)
     m/<mesh>/spot/<id>      a Spot's authority record (``authority.SpotRecord``)
     actor/<id>              an Actor's authority record; Actor ids are global, so no mesh prefix
 
@@ -21,8 +21,8 @@ import trio
 
 from zlink_trio._integration.store import Expired, Record, StoreConfig, Stores, open_stores
 from zlink_trio._integration.store.config import describe_dsn
-from zlink_trio._runtime.authority import SpotRecord
-from zlink_trio._runtime.membership import NodeRecord
+from zlink_trio._runtime.ownership.authority import SpotRecord
+from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio.errors import ConfigurationError, ZLinkError
 from zlink_trio.ids import MeshName, SpotKind
 

@@ -714,7 +714,7 @@ async def test_defer_is_checked_where_it_is_called(store_dsn: str) -> None:
         # The 65th defer raised, so the turn failed and discarded all 64 joins (ACT-20).
         assert (await where(host, player)).spot_id.startswith("entry.")
         assert [] == of(room)
-        actor = host._node.actors[zl.ActorId(player)]  # the instance, to call its context
+        actor = host._messaging.actors.actors[zl.ActorId(player)]  # the instance, for its context
         call = actor.instance.context.join_spot(room)
         captured.append(call)
         assert not hasattr(call, "submit")

@@ -10,7 +10,13 @@ import trio
 
 import zlink_trio as zl
 from zlink_trio._integration.store import Found, StoreConfig, open_stores
-from zlink_trio._runtime.membership import NodeRecord, PeerChanged, PeerDown, PeerEvent, PeerUp
+from zlink_trio._runtime.ownership.node_record import (
+    NodeRecord,
+    PeerChanged,
+    PeerDown,
+    PeerEvent,
+    PeerUp,
+)
 
 app = zl.Application()
 

@@ -26,7 +26,7 @@ from zlink_trio._integration.store import (
     StoreConfig,
     open_stores,
 )
-from zlink_trio._runtime.membership import NodeRecord
+from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio.ids import NodeGeneration, NodeRid, StableTypeName
 
 app = zl.Application()

@@ -35,10 +35,10 @@ from zlink_trio._integration.store import (
     Stores,
     open_stores,
 )
-from zlink_trio._runtime import membership as membership_module
-from zlink_trio._runtime.membership import (
+from zlink_trio._runtime.ownership import peer_watch
+from zlink_trio._runtime.ownership.membership import Membership
+from zlink_trio._runtime.ownership.node_record import (
     DRAINING,
-    Membership,
     NodeRecord,
     PeerChanged,
     PeerDown,
@@ -651,7 +651,7 @@ async def test_a_subscriber_that_falls_behind_is_dropped(
 ) -> None:
     """A subscriber more than the queue limit behind gets what was queued, then its stream
     ends; the membership and other subscribers carry on."""
-    monkeypatch.setattr(membership_module, "MAX_QUEUED_EVENTS", 2)
+    monkeypatch.setattr(peer_watch, "MAX_QUEUED_EVENTS", 2)
     observer = Membership(stores.location, mesh, node("obs"), lease=10.0, poll_every=SLOW_POLL)
     records = [node(f"p{i}") for i in range(3)]
     async with trio.open_nursery() as nursery:
@@ -670,7 +670,7 @@ async def test_a_subscriber_that_falls_behind_is_dropped(
             received = [event async for event in slow]
         assert 2 == len(received)
         assert all(isinstance(e, PeerUp) and e.record in records for e in received)
-        monkeypatch.setattr(membership_module, "MAX_QUEUED_EVENTS", 100)
+        monkeypatch.setattr(peer_watch, "MAX_QUEUED_EVENTS", 100)
         fresh = observer.subscribe()
         snapshot = [await next_event(fresh) for _ in records]
         assert [PeerUp(r) for r in records] == snapshot

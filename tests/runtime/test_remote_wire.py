@@ -21,7 +21,7 @@ from zlink_trio._integration.transport import (
     RouteUp,
     open_route_mesh,
 )
-from zlink_trio._runtime.membership import NodeRecord
+from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._wire import OperationId, Request, Send
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId, StableTypeName
 

@@ -11,7 +11,7 @@ import trio
 
 import zlink_trio as zl
 from zlink_trio._integration.store import Found, Missing, StoreConfig, open_stores
-from zlink_trio._runtime.authority import SpotRecord
+from zlink_trio._runtime.ownership.authority import SpotRecord
 
 app = zl.Application()
 seen_in_closing: list[object] = []

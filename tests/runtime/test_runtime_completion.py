@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from zlink_trio._runtime.completion import CompletionDispatcher, Outcome, shutting_down
+from zlink_trio._runtime.engines.completion import CompletionDispatcher, Outcome, shutting_down
 from zlink_trio.errors import ErrorKind, ZLinkError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from zlink_trio._runtime.gate import ExecutionGate
+from zlink_trio._runtime.engines.gate import ExecutionGate
 
 
 @pytest.mark.spec("SPOT-74")

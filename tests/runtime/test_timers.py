@@ -16,7 +16,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from zlink_trio._runtime.timers import LogicalTimer, TimerState, TimerTick
+from zlink_trio._runtime.engines.timers import LogicalTimer, TimerState, TimerTick
 from zlink_trio.options import TimerOptions, TimerOverrunPolicy
 
 SKIP = TimerOptions(overrun_policy=TimerOverrunPolicy.SKIP_LATE_TICKS)

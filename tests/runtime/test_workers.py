@@ -16,7 +16,7 @@ import trio
 import trio.testing
 from trio.testing import MockClock
 
-from zlink_trio._runtime.workers import MAX_CPU_SLOTS, WorkerScheduler
+from zlink_trio._runtime.engines.workers import MAX_CPU_SLOTS, WorkerScheduler
 from zlink_trio.errors import ErrorKind, ZLinkError
 
 SAFETY = 5.0

@@ -1,17 +1,18 @@
-"""The semantic runtime: host, registry, Spots, Actors, gates, completion, timers (issue 5).
+"""The semantic runtime: pure Trio, one subpackage per subsystem (specs/architecture.md).
 
-Pure Trio; it never names a zmq or asyncpg type (specs/boundaries.md). The modules, each named
-for what it owns:
+It never names a zmq or asyncpg type (specs/boundaries.md). The subsystems, from the top of the
+dependency graph to its bottom; each imports only subsystems below it, and a test keeps it so:
 
-- ``application``: declarations and their one-time validation into a frozen registry
-- ``config``: ``HostConfig``; ``host``: ``open_host`` and the host task tree and shutdown order
-- ``node``: the state one running host shares among its parts, and its admission seal
-- ``completion``: the in-flight call table and the completion dispatcher lane
-- ``gate``: the execution gate of a Spot and the running turn
-- ``authority``: Spot authority records and object generations in the Location Store
-- ``activation``: one live Spot (mailbox, gate task, turns, lifecycle)
-- ``creation``: create, get-or-create and close of User Spots
-- ``messaging``: sends and requests, cold activation of Instance Spots
-- ``calls``: the single-use call objects; ``route`` and ``spots``: the clients that make them
-- ``spot``, ``handlers``, ``context``: what applications subclass, decorate and receive
+- ``host``: ``open_host``, the composition root, and the task tree with the shutdown order
+- ``application``: ``Application``, the ``Spot``/``Actor`` base classes and their contexts
+- ``calls``: the single-use call objects, the route client and the managers
+- ``routing``: local or remote, the routing cache, the wire, work from peers
+- ``actors``: Actor activations, lanes, deferred joins, creation
+- ``spots``: Spot activations, gates in use, lifecycle, creation, Spot timers
+- ``node``: the local node's shared state and the envelope of an admitted message
+- ``ownership``: authority records and node membership in the Location Store
+- ``declarations``: handler decorators, the frozen registry, ``HostConfig``, value types
+- ``engines``: gate, mailbox, completion dispatcher, timers, workers (know nothing of Spots)
+
+Relocation (issue 14) will be a subsystem of its own; architecture.md says where it fits.
 """

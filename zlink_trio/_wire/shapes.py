@@ -6,6 +6,10 @@ exact types on the way: ``ExactShape`` (str, bytes, bool, None), ``IntShape``, `
 (``dict[str, T]``), ``UnionShape`` and ``ClassShape`` (a registered attrs class, whose fields a
 ``ClassPlan`` lists). ``payload.py`` picks the shape of each annotation; this module only walks.
 
+Longer than 400 lines: one family of shapes that nest in each other (an array of records of
+classes of unions) and share the walk allowance and the ``Misfit`` path; the scalar shapes alone
+are a quarter of it, and apart they would be a module that only this one reads.
+
 Rule 1: a value that does not fit raises ``Misfit``, which collects the path to the value while
 it unwinds (``.items[2].name``) and becomes TypeError/ValueError when encoding and
 PROTOCOL_ERROR when decoding; nothing else escapes a decode (payload.py Rule 3).

@@ -7,7 +7,8 @@ run is a :class:`PeerRun`; route changes are :class:`RouteUp` and :class:`RouteL
 appears in this surface.
 
 - ``socket``: the Trio side of pyzmq (one owner task per socket, FD waits, EVENTS re-checks).
-- ``mesh``: the RouteMesh: links per peer, admission, requests, shutdown.
+- ``mesh``: the RouteMesh: peers, admission, requests, route changes, shutdown.
+- ``links``: the mesh's sockets: the bound ROUTERs and the DEALER pair of each peer.
 - ``inbound``: handshake, judging and dropping of what arrives on a bound ROUTER.
 - ``liveness``: routes to peer runs, heard / lost.
 - ``pending``: the pending-reply table.

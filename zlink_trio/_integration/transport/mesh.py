@@ -1,4 +1,5 @@
-"""RouteMesh: this node's connections to its peer nodes (specs/transport.md, TRN-1..24).
+"""RouteMesh: this node's connections to its peer nodes (specs/transport.md, TRN-7, TRN-10..18,
+TRN-23, TRN-24).
 
 What the runtime calls (no zmq type crosses this surface; callers pass and receive ``_wire``
 messages, ids, bytes and ``ZLinkError``):
@@ -6,21 +7,19 @@ messages, ids, bytes and ``ZLinkError``):
 - ``async with open_route_mesh(config, on_message) as mesh``: binds both ROUTERs, connects to
   ``config.peers`` and runs the readers and the heartbeat; leaving the block closes everything.
 - ``mesh.add_peer(PeerAddress)`` / ``mesh.remove_peer(node_rid)``: the peer list at runtime.
-- ``await mesh.send(node_rid, Send)``: completes at admission into the local queue (TRN-8).
-- ``await mesh.request(node_rid, ..., timeout=)``: the ``Reply``, or ``ZLinkError`` (TRN-12).
+- ``await mesh.send(node_rid, Send)``: completes at admission into the local queue (TRN-10).
+- ``await mesh.request(node_rid, ..., timeout=)``: the ``Reply``, or ``ZLinkError`` (TRN-14).
 - ``mesh.reply(origin, Reply | ErrorReply)``: answers a request on the completion connection.
 - ``on_message(origin, Send | Request)``: awaited by the application reader for each message.
 - ``mesh.route_changes``: a receive channel of ``RouteUp`` / ``RouteLost``.
 - ``mesh.end_requests(error)``: ends every pending request with ``error``; the mesh stays open.
 - ``mesh.close()``: idempotent; ``mesh.drops``: bad input counted by reason.
 
-Theory of operation. Each node binds two ROUTERs, one per connection role (seed 002 §15), and
-each has exactly one reader task. Towards each peer it connects two DEALERs, an application link
-(send HWM ``config.send_hwm``) and a completion link (no HWM: replies never wait behind
-application data), each an :class:`OutboundLink` with its own owner task. A DEALER per peer and
-role, not one connecting ROUTER, because a ROUTER's POLLOUT says nothing about one peer's queue:
-with ROUTER_MANDATORY a full peer gives EAGAIN while POLLOUT stays true as long as any other
-peer has room, so a sender waiting for *its* peer could only spin or guess (TRN-10).
+Theory of operation. Each node binds two ROUTERs, one per connection role, each with exactly one
+reader task, and connects a DEALER pair towards each peer: an application link with a send HWM
+and a completion link without one, each an :class:`OutboundLink` with its own owner task. Those
+sockets are ``links.py``'s (:class:`MeshSockets`: making, configuring, renewing and closing them,
+and why a DEALER per peer); this module decides what is sent where and when links change.
 
 Rule 1: a send is admitted to a run that is up and to nothing else; it waits only on its own
 peer's link, and that wait ends by capacity, by the link being closed for route loss
@@ -40,26 +39,17 @@ from contextlib import asynccontextmanager
 from typing import Final, cast
 
 import trio
-import zmq
 
 from zlink_trio._integration.transport.config import MeshConfig, PeerAddress
 from zlink_trio._integration.transport.inbound import Deliver, InboundConnections
+from zlink_trio._integration.transport.links import MeshSockets
 from zlink_trio._integration.transport.liveness import Opening, Route, Verdict
 from zlink_trio._integration.transport.pending import TIMED_OUT, PendingReplies
-from zlink_trio._integration.transport.routes import (
-    PeerRun,
-    RouteChange,
-    RouteLost,
-    RouteUp,
-    routing_identity,
-)
-from zlink_trio._integration.transport.socket import OutboundLink, read_messages, read_replies
+from zlink_trio._integration.transport.routes import PeerRun, RouteChange, RouteLost, RouteUp
+from zlink_trio._integration.transport.socket import OutboundLink
 from zlink_trio._wire import (
-    PROTOCOL_VERSION,
     ConnectionRole,
     ErrorReply,
-    Heartbeat,
-    Hello,
     Metadata,
     Reply,
     ReplyRouteId,
@@ -81,24 +71,8 @@ LATE_REPLY: Final = "late-reply"
 """Drop reason of a reply whose request already ended (timeout, cancellation, loss)."""
 SENDS_PER_CHECKPOINT: Final = 16
 """A send that never waits lets other tasks run once per this many sends."""
-_HEARTBEAT: Final = encode(Heartbeat())
 _UNAVAILABLE: Final = ErrorKind.UNAVAILABLE
 _SHUTTING_DOWN: Final = ErrorKind.SHUTTING_DOWN
-
-
-class _PeerLinks:
-    __slots__ = ("address", "application", "completion")
-
-    def __init__(
-        self, address: PeerAddress, application: OutboundLink, completion: OutboundLink
-    ) -> None:
-        self.address = address
-        self.application = application
-        self.completion = completion
-
-    def close(self, kind: ErrorKind, message: str, linger: float) -> None:
-        self.application.close(kind, message, linger)
-        self.completion.close(kind, message, linger)
 
 
 class RouteMesh:
@@ -108,25 +82,17 @@ class RouteMesh:
         self.config = config
         self.drops: Counter[str] = Counter()
         """Messages dropped, by reason: a ``RefusalReason`` value, ``oversized``, ``late-reply``."""
-        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()  # one per process
         self._routes: dict[NodeRid, Route] = {}
-        self._links: dict[NodeRid, _PeerLinks] = {}
         self._pending = PendingReplies()
         self._closed = False
         self._scope = trio.CancelScope()
-        self._nursery: trio.Nursery | None = None
         self._until_checkpoint = SENDS_PER_CHECKPOINT
         self._send_changes, self.route_changes = trio.open_memory_channel[RouteChange](math.inf)
-        self._identity = routing_identity(config.node_rid, config.generation)
-        self._application = self._bind(config.application_bind, config.receive_hwm)
-        try:
-            self._completion = self._bind(config.completion_bind, 0)
-        except BaseException:
-            self._application.close(linger=0)
-            raise
-        self.application_endpoint: str = self._application.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._sockets = MeshSockets(config)  # binds the ROUTERs
+        self._links = self._sockets.links  # read here; changed through self._sockets only
+        self.application_endpoint: str = self._sockets.application_endpoint
         """The endpoint peers connect to for this node's application connection."""
-        self.completion_endpoint: str = self._completion.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.completion_endpoint: str = self._sockets.completion_endpoint
         """The endpoint peers connect to for this node's completion connection."""
         inbound = {
             "mesh": config.mesh,
@@ -189,24 +155,22 @@ class RouteMesh:
             if current.address == address:
                 return
             self.remove_peer(address.node_rid)
-        self._links[address.node_rid] = self._connect(address)
+        self._sockets.connect(address)
 
     def remove_peer(self, node_rid: NodeRid) -> None:
         """Disconnect from ``node_rid``: its waiting sends and pending requests end UNAVAILABLE."""
-        links = self._links.pop(node_rid, None)
-        if links is None:
-            return
         message = f"{node_rid} was removed from the peers"
-        links.close(_UNAVAILABLE, message, self.config.linger)
+        if not self._sockets.disconnect(node_rid, message):
+            return
         route = self._routes.get(node_rid)
         if route is not None and route.run is not None:
             self._pending.fail(ZLinkError(_UNAVAILABLE, message), route.run)
 
     async def send(self, peer: NodeRid, message: Send) -> None:
-        """Submit ``message`` to ``peer``; returns when the local queue accepted it (TRN-8).
+        """Submit ``message`` to ``peer``; returns when the local queue accepted it (TRN-10).
 
         At the high-water mark it waits until capacity returns, with no time limit and no
-        cancellation (the wait is shielded, TRN-9); it ends otherwise only with
+        cancellation (the wait is shielded, TRN-11); it ends otherwise only with
         ``ZLinkError(UNAVAILABLE)`` (no route, or the route is lost) or ``SHUTTING_DOWN``.
         """
         link, _run = self._route_to(peer)
@@ -235,7 +199,7 @@ class RouteMesh:
         instance_spot_type: StableTypeName | None = None,
         metadata: Metadata = (),
     ) -> Reply:
-        """Send a Request to ``peer`` and return its Reply (TRN-12).
+        """Send a Request to ``peer`` and return its Reply (TRN-14).
 
         ``timeout`` (seconds) covers admission and the reply wait; the Request carries what is
         left of it when it is submitted. Ends with ``ZLinkError``: the ErrorReply's kind,
@@ -312,14 +276,12 @@ class RouteMesh:
         return self._pending.fail(error)
 
     def close(self) -> None:
-        """Stop sending and serving (idempotent); everything waiting ends SHUTTING_DOWN (TRN-21)."""
+        """Stop sending and serving (idempotent); everything waiting ends SHUTTING_DOWN (TRN-23)."""
         if self._closed:
             return
         self._closed = True
         message = "the RouteMesh is closed"
-        for links in self._links.values():
-            links.close(_SHUTTING_DOWN, message, self.config.linger)
-        self._links.clear()
+        self._sockets.close_links(_SHUTTING_DOWN, message)
         self._pending.fail(ZLinkError(_SHUTTING_DOWN, message))
         self._send_changes.close()
         self._scope.cancel()
@@ -330,13 +292,11 @@ class RouteMesh:
         batch = self.config.receive_batch
         with self._scope:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                nursery.start_soon(
-                    read_messages, self._application, self._application_inbound.receive, batch
-                )
-                # Replies come singly and each wakes a waiting caller: read them one by one.
-                nursery.start_soon(
-                    read_replies, self._completion, self._completion_inbound.receive_now, batch
+                self._sockets.start(
+                    nursery,
+                    self._application_inbound.receive,
+                    self._completion_inbound.receive_now,
+                    batch,
                 )
                 nursery.start_soon(self._keep_alive)
                 nursery.start_soon(self._pending.expire_forever)
@@ -349,9 +309,7 @@ class RouteMesh:
         window = self.config.liveness_window
         while True:
             await trio.sleep(interval)
-            for links in list(self._links.values()):
-                links.application.try_send(_HEARTBEAT)  # skipped at the HWM: the other one goes
-                links.completion.try_send(_HEARTBEAT)
+            self._sockets.send_heartbeats()
             now = trio.current_time()
             for route in list(self._routes.values()):
                 verdict = route.tick(now, window)
@@ -360,57 +318,7 @@ class RouteMesh:
                 elif verdict is Verdict.UP and route.run is not None and not self._closed:
                     self._send_changes.send_nowait(RouteUp(route.run))
 
-    def _close_sockets(self) -> None:
-        for socket in (self._application, self._completion):
-            trio.lowlevel.notify_closing(socket.fileno())
-            socket.close(linger=0)  # the ROUTERs only receive: nothing of ours is queued there
-
     # --- helpers -------------------------------------------------------------------------------
-
-    def _bind(self, endpoint: str, receive_hwm: int) -> zmq.Socket[bytes]:
-        socket = self._context.socket(zmq.ROUTER)
-        try:
-            socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a link made anew keeps its routing id
-            socket.setsockopt(zmq.RCVHWM, receive_hwm)
-            # libzmq drops the connection of a peer whose frame exceeds this hard guard; a frame
-            # between the configured limit and the guard is counted and dropped (inbound.py).
-            socket.setsockopt(zmq.MAXMSGSIZE, 2 * self.config.max_frame_bytes)
-            socket.setsockopt(zmq.LINGER, 0)
-            socket.bind(endpoint)
-        except BaseException as error:
-            socket.close(linger=0)
-            if isinstance(error, zmq.ZMQError):  # no binding error crosses the surface (TRN-9)
-                raise ZLinkError(_UNAVAILABLE, f"cannot bind {endpoint}: {error}") from None
-            raise
-        return socket
-
-    def _connect(self, address: PeerAddress) -> _PeerLinks:
-        assert self._nursery is not None  # links are made once the mesh runs
-        config = self.config
-        links = []
-        for endpoint, hwm, role in (
-            (address.application_endpoint, config.send_hwm, ConnectionRole.APPLICATION),
-            (address.completion_endpoint, 0, ConnectionRole.COMPLETION),
-        ):
-            socket = self._context.socket(zmq.DEALER)
-            socket.setsockopt(zmq.ROUTING_ID, self._identity)
-            socket.setsockopt(zmq.SNDHWM, hwm)
-            socket.setsockopt(zmq.LINGER, int(config.linger * 1000))
-            try:
-                socket.connect(endpoint)
-            except zmq.ZMQError as error:  # no binding error crosses the surface (TRN-9)
-                socket.close(linger=0)
-                raise ValueError(f"cannot connect to {endpoint}: {error}") from None
-            link = OutboundLink(socket)
-            hello = Hello(PROTOCOL_VERSION, config.mesh, config.node_rid, config.generation, role)
-            # Without ZMQ_IMMEDIATE the DEALER's queue exists from connect on, so the Hello is
-            # queued first, whenever the connection comes up (TRN-4).
-            if not link.try_send(encode(hello)):
-                link.close(_UNAVAILABLE, "the Hello was not queued", 0)
-                raise ZLinkError(ErrorKind.INTERNAL_FAILURE, f"could not greet {address.node_rid}")
-            self._nursery.start_soon(link.run_owner)
-            links.append(link)
-        return _PeerLinks(address, links[0], links[1])
 
     def _route_to(self, peer: NodeRid) -> tuple[OutboundLink, PeerRun]:
         if self._closed:
@@ -449,10 +357,7 @@ class RouteMesh:
             return  # after close, close() has ended everything already
         route.up = False
         message = f"route to {run.node_rid} lost: {reason}"
-        links = self._links.get(run.node_rid)
-        if links is not None:
-            links.close(_UNAVAILABLE, message, 0)  # nothing queued for a lost run may leave
-            self._links[run.node_rid] = self._connect(links.address)
+        self._sockets.renew(run.node_rid, message)  # nothing queued for a lost run may leave
         self._pending.fail(ZLinkError(_UNAVAILABLE, message), run)
         self._send_changes.send_nowait(RouteLost(run, reason))
 
@@ -463,7 +368,7 @@ class RouteMesh:
 
 @asynccontextmanager
 async def open_route_mesh(config: MeshConfig, on_message: OnMessage) -> AsyncIterator[RouteMesh]:
-    """Run this node's RouteMesh for the body of the ``async with`` block (TRN-21, TRN-22).
+    """Run this node's RouteMesh for the body of the ``async with`` block (TRN-23, TRN-24).
 
     The sockets are bound before the body runs (read the endpoints from the mesh). Leaving the
     block closes the mesh (:meth:`RouteMesh.close`) and then its sockets; messages admitted
@@ -480,4 +385,4 @@ async def open_route_mesh(config: MeshConfig, on_message: OnMessage) -> AsyncIte
                 mesh.close()
     finally:
         mesh.close()
-        mesh._close_sockets()
+        mesh._sockets.close_routers()

@@ -1,0 +1,201 @@
+"""The RouteMesh's ZeroMQ sockets: its two bound ROUTERs and a DEALER pair per peer (TRN-2,
+TRN-5..7, TRN-9, TRN-17, TRN-18, TRN-24).
+
+:class:`MeshSockets` makes, configures, starts and closes every socket of one RouteMesh; no other
+module of the mesh creates a socket or sets a socket option. The mesh (``mesh.py``) decides when
+a peer is connected, renewed or dropped and what a send, request or reply may do; this module
+carries it out on the sockets.
+
+- Two ROUTERs, one per connection role (seed 002 §15), bound when :class:`MeshSockets` is made,
+  each read by exactly one reader task (``socket.py``), started by :meth:`MeshSockets.start`.
+  They only receive. A frame above twice the frame limit makes libzmq drop that connection
+  (MAXMSGSIZE); one between the limit and that guard is counted and dropped by ``inbound.py``.
+- Towards each peer a :class:`PeerLinks`: an application link (send HWM ``config.send_hwm``) and
+  a completion link (no HWM: replies never wait behind application data, TRN-6), each an
+  :class:`OutboundLink` with its own owner task, and each with a Hello queued before anything
+  else, whenever the connection comes up (TRN-2).
+
+A DEALER per peer and role, not one connecting ROUTER (TRN-5), because a ROUTER's POLLOUT says
+nothing about one peer's queue: with ROUTER_MANDATORY a full peer gives EAGAIN while POLLOUT stays
+true as long as any other peer has room, so a sender waiting for *its* peer could only spin or
+guess. A lost run's links are closed without linger and replaced by fresh ones with a fresh Hello
+(:meth:`MeshSockets.renew`), so nothing queued for a lost run reaches a later one (TRN-18).
+
+The mesh reads the peers' links through :attr:`MeshSockets.links`, a live read-only view of the
+one table (its send path costs a single dict lookup), and changes the table only through the
+methods here. Nothing here calls into the mesh: the readers' handlers are passed to
+:meth:`MeshSockets.start`, so the imports go one way, from ``mesh.py`` to this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final
+
+import trio
+import zmq
+
+from zlink_trio._integration.transport.config import MeshConfig, PeerAddress
+from zlink_trio._integration.transport.routes import routing_identity
+from zlink_trio._integration.transport.socket import OutboundLink, read_messages, read_replies
+from zlink_trio._wire import PROTOCOL_VERSION, ConnectionRole, Heartbeat, Hello, encode
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import NodeRid
+
+__all__ = ["MeshSockets", "PeerLinks"]
+
+_HEARTBEAT: Final = encode(Heartbeat())
+_UNAVAILABLE: Final = ErrorKind.UNAVAILABLE
+
+
+class PeerLinks:
+    """The DEALER pair towards one peer: where it was connected to, and one link per role."""
+
+    __slots__ = ("address", "application", "completion")
+
+    def __init__(
+        self, address: PeerAddress, application: OutboundLink, completion: OutboundLink
+    ) -> None:
+        self.address = address
+        self.application = application
+        self.completion = completion
+
+    def close(self, kind: ErrorKind, message: str, linger: float) -> None:
+        """Close both links: their waiting senders raise ``ZLinkError(kind, message)``."""
+        self.application.close(kind, message, linger)
+        self.completion.close(kind, message, linger)
+
+
+class MeshSockets:
+    """Every ZeroMQ socket of one RouteMesh: its two bound ROUTERs and each peer's links."""
+
+    def __init__(self, config: MeshConfig) -> None:
+        """Bind both ROUTERs; a bind that fails raises ``ZLinkError(UNAVAILABLE)`` (TRN-9)."""
+        self._config = config
+        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()  # one per process
+        self._identity = routing_identity(config.node_rid, config.generation)
+        self._links: dict[NodeRid, PeerLinks] = {}
+        self._nursery: trio.Nursery | None = None
+        self._application = self._bind(config.application_bind, config.receive_hwm)
+        try:
+            self._completion = self._bind(config.completion_bind, 0)
+        except BaseException:
+            self._application.close(linger=0)
+            raise
+        self.application_endpoint: str = self._application.getsockopt_string(zmq.LAST_ENDPOINT)
+        """Where the application ROUTER is bound (a ``*`` port resolved)."""
+        self.completion_endpoint: str = self._completion.getsockopt_string(zmq.LAST_ENDPOINT)
+        """Where the completion ROUTER is bound (a ``*`` port resolved)."""
+
+    @property
+    def links(self) -> Mapping[NodeRid, PeerLinks]:
+        """The links of every peer by node RID: live, changed only by the methods below."""
+        return self._links
+
+    def start(
+        self,
+        nursery: trio.Nursery,
+        receive: Callable[[list[bytes]], Awaitable[None]],
+        receive_now: Callable[[list[bytes]], None],
+        batch: int,
+    ) -> None:
+        """Start the two ROUTER readers in ``nursery``; the links' owner tasks run there too.
+
+        ``receive`` is awaited for each message of the application ROUTER (while it waits, that
+        ROUTER is not read); ``receive_now`` is called for each one of the completion ROUTER.
+        """
+        self._nursery = nursery
+        nursery.start_soon(read_messages, self._application, receive, batch)
+        # Replies come singly and each wakes a waiting caller: read them one by one.
+        nursery.start_soon(read_replies, self._completion, receive_now, batch)
+
+    def connect(self, address: PeerAddress) -> None:
+        """Connect a DEALER pair to ``address``, replacing any table entry for its node.
+
+        Raises ``ValueError`` for an endpoint pyzmq refuses (TRN-9).
+        """
+        self._links[address.node_rid] = self._connect(address)
+
+    def renew(self, node_rid: NodeRid, message: str) -> None:
+        """Replace the links of ``node_rid``, if any, by fresh ones to the same address.
+
+        The old links close at once: their waiting senders raise ``ZLinkError(UNAVAILABLE,
+        message)`` and nothing they hold leaves (a lost run, TRN-18).
+        """
+        links = self._links.get(node_rid)
+        if links is not None:
+            links.close(_UNAVAILABLE, message, 0)  # nothing queued for a lost run may leave
+            self._links[node_rid] = self._connect(links.address)
+
+    def disconnect(self, node_rid: NodeRid, message: str) -> bool:
+        """Close and forget the links of ``node_rid``; their waiting senders raise
+        ``ZLinkError(UNAVAILABLE, message)`` (TRN-7). False when it had none."""
+        links = self._links.pop(node_rid, None)
+        if links is None:
+            return False
+        links.close(_UNAVAILABLE, message, self._config.linger)
+        return True
+
+    def close_links(self, kind: ErrorKind, message: str) -> None:
+        """Close every peer's links and forget them; what was admitted may leave for
+        ``config.linger`` seconds (TRN-24)."""
+        for links in self._links.values():
+            links.close(kind, message, self._config.linger)
+        self._links.clear()
+
+    def send_heartbeats(self) -> None:
+        """Queue a Heartbeat on both links of every peer, where there is room now (TRN-17)."""
+        for links in list(self._links.values()):
+            links.application.try_send(_HEARTBEAT)  # skipped at the HWM: the other one goes
+            links.completion.try_send(_HEARTBEAT)
+
+    def close_routers(self) -> None:
+        """Close both ROUTERs; their readers return (call once the links are closed)."""
+        for socket in (self._application, self._completion):
+            trio.lowlevel.notify_closing(socket.fileno())
+            socket.close(linger=0)  # the ROUTERs only receive: nothing of ours is queued there
+
+    def _bind(self, endpoint: str, receive_hwm: int) -> zmq.Socket[bytes]:
+        socket = self._context.socket(zmq.ROUTER)
+        try:
+            socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a link made anew keeps its routing id
+            socket.setsockopt(zmq.RCVHWM, receive_hwm)
+            # libzmq drops the connection of a peer whose frame exceeds this hard guard; a frame
+            # between the configured limit and the guard is counted and dropped (inbound.py).
+            socket.setsockopt(zmq.MAXMSGSIZE, 2 * self._config.max_frame_bytes)
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.bind(endpoint)
+        except BaseException as error:
+            socket.close(linger=0)
+            if isinstance(error, zmq.ZMQError):  # no binding error crosses the surface (TRN-9)
+                raise ZLinkError(_UNAVAILABLE, f"cannot bind {endpoint}: {error}") from None
+            raise
+        return socket
+
+    def _connect(self, address: PeerAddress) -> PeerLinks:
+        assert self._nursery is not None  # links are made once the mesh runs
+        config = self._config
+        links = []
+        for endpoint, hwm, role in (
+            (address.application_endpoint, config.send_hwm, ConnectionRole.APPLICATION),
+            (address.completion_endpoint, 0, ConnectionRole.COMPLETION),
+        ):
+            socket = self._context.socket(zmq.DEALER)
+            socket.setsockopt(zmq.ROUTING_ID, self._identity)
+            socket.setsockopt(zmq.SNDHWM, hwm)
+            socket.setsockopt(zmq.LINGER, int(config.linger * 1000))
+            try:
+                socket.connect(endpoint)
+            except zmq.ZMQError as error:  # no binding error crosses the surface (TRN-9)
+                socket.close(linger=0)
+                raise ValueError(f"cannot connect to {endpoint}: {error}") from None
+            link = OutboundLink(socket)
+            hello = Hello(PROTOCOL_VERSION, config.mesh, config.node_rid, config.generation, role)
+            # Without ZMQ_IMMEDIATE the DEALER's queue exists from connect on, so the Hello is
+            # queued first, whenever the connection comes up (TRN-2).
+            if not link.try_send(encode(hello)):
+                link.close(_UNAVAILABLE, "the Hello was not queued", 0)
+                raise ZLinkError(ErrorKind.INTERNAL_FAILURE, f"could not greet {address.node_rid}")
+            self._nursery.start_soon(link.run_owner)
+            links.append(link)
+        return PeerLinks(address, links[0], links[1])

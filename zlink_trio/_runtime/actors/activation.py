@@ -1,0 +1,396 @@
+"""One live Actor on this host: its queue, lane, membership and deferred joins (specs/actors.md;
+specs/spots.md SPOT-51..SPOT-55, SPOT-59, SPOT-67, SPOT-69, SPOT-71..SPOT-73).
+
+Theory of operation.
+
+Rule 1: the lane is the FIFO claim. Each Actor has one lane task that takes its queued messages
+in order and runs each turn to its end before taking the next (SPOT-73). Because the lane itself
+awaits the turn, the claim is kept while the turn is suspended, ``yield_()`` included: another
+turn of the Spot may take the gate meanwhile, but never this Actor's next message (SPOT-69).
+Rule 2: the gate comes from the membership. A turn of an Actor in a SPOT_WIDE User Spot also
+takes that Spot's gate, so it never overlaps another turn of the Spot (SPOT-67); in the Entry
+Spot and in a PER_ACTOR User Spot the lane alone orders the Actor's turns, so different Actors run
+concurrently (SPOT-72) and such a turn cannot yield (gate.py Rule 5).
+Rule 3: joins are deferred. ``join_spot(...).defer()`` only records the join on the running turn.
+When the turn ends normally the lane runs the recorded joins in order, before taking the next
+message, so nothing queued behind the join runs before it is decided; a turn that raised or was
+cancelled discards them. A join to a User Spot asks its ``on_actor_join`` (a control turn of that
+Spot); on acceptance the membership changes at once (no checkpoint between the last check and
+the change), then the target's ``on_joined_actor`` runs, the source's ``on_leave_actor`` is
+started without being waited for, and the Actor's ``on_join_completed`` runs as its next turn.
+A rejection or a failure leaves the membership as it was and is reported the same way. Joining
+the Spot the Actor is already in is accepted without any callback.
+Rule 4: closing seals first, like a Spot (activation.py Rule 3): ``begin_close`` seals the queue;
+what was admitted runs (destroy) or is dropped (host shutdown); the running turn is cancelled at
+the closing deadline; the lane then releases the Actor's store record. There is no per-Actor
+closing callback (SPOT-49). Shutdown leaves the membership sets as they are, so a Spot's
+``on_closing`` still sees its members.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import secrets
+from typing import Any
+
+import attrs
+import trio
+
+from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.declarations.registry import ActorType
+from zlink_trio._runtime.declarations.values import (
+    ActorJoinCompletion,
+    ActorJoinOutcome,
+    SpotActorJoinResult,
+)
+from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
+from zlink_trio._runtime.engines.mailbox import Mailbox
+from zlink_trio._runtime.node.envelope import Envelope, fail_one, reply
+from zlink_trio._runtime.ownership.authority import Claim
+from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ActorId, ActorRef, SpotId, SpotKind
+
+__all__ = ["ActorActivation", "ActorState", "DeferredJoin"]
+
+_log = logging.getLogger("zlink_trio.runtime.actor")
+
+
+class ActorState(enum.Enum):
+    """Where an Actor activation is in its life."""
+
+    CREATING = "creating"
+    READY = "ready"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@attrs.frozen
+class DeferredJoin:
+    """One join recorded by ``defer()``: the target (``None``: the Entry Spot), the request
+    for ``on_actor_join``, the absolute deadline and the join id (Rule 3)."""
+
+    target: SpotId | None
+    request: object | None
+    deadline: float
+    join_id: int = attrs.field(factory=lambda: secrets.randbits(128) or 1)
+
+
+class ActorActivation:
+    """One incarnation of an Actor on this host."""
+
+    def __init__(
+        self,
+        catalog: ActorCatalog[ActorActivation],
+        actor_type: ActorType,
+        actor_id: ActorId,
+        claim: Claim,
+    ) -> None:
+        node = catalog.node
+        self.catalog = catalog
+        self.node = node
+        self.actor_type = actor_type
+        self.actor_id = actor_id
+        self._claim = claim
+        self.state = ActorState.CREATING
+        self.mailbox = Mailbox[Envelope](node.config.mailbox_limit)
+        self.spot: Activation = catalog.spots.entry
+        """The Spot this Actor is a member of (Rule 2)."""
+        self.instance: Any = None
+        self.joining = False
+        """A join is being decided: destroy answers UNAVAILABLE meanwhile."""
+        self._drop_admitted = False
+        self._turns = trio.CancelScope()
+        self.closed = trio.Event()
+        catalog.live.add(self)
+
+    @property
+    def ref(self) -> ActorRef:
+        """The snapshot naming this incarnation."""
+        return ActorRef(
+            self.actor_id, self._claim.record.generation, self.node.mesh, self.node.node_rid
+        )
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the queue still admits messages."""
+        return self.state is ActorState.READY
+
+    def _gate(self) -> ExecutionGate | None:
+        return self.spot.shared_gate
+
+    # --- creation ------------------------------------------------------------------------------
+
+    def make_instance(self) -> Any:
+        """A new instance of the Actor class with its context set before ``__init__``."""
+        cls: Any = self.actor_type.cls
+        instance = cls.__new__(cls)
+        instance._zl_context = self.catalog.make_context(self)
+        instance.__init__()
+        self.instance = instance
+        return instance
+
+    async def become_ready(self) -> None:
+        """Record Ready in the store, join the Entry Spot and start the lane."""
+        self._claim = await self.node.authority.mark_ready(self._claim)
+        self.state = ActorState.READY
+        self.spot = self.catalog.spots.entry
+        self.spot.members.add(self)
+        self.catalog.actors[self.actor_id] = self
+        self.node.activation_nursery.start_soon(self.run)
+
+    async def abandon(self) -> None:
+        """Creation did not reach Ready: release the store record (shielded, bounded)."""
+        self.state = ActorState.CLOSED
+        self.catalog.live.discard(self)
+        self.instance = None
+        with trio.CancelScope(shield=True):
+            try:
+                with trio.move_on_after(self.node.config.store_release_timeout):
+                    # By record owner, not version: a cancelled mark_ready may have committed.
+                    await self.node.authority.forget_if_ours(self.actor_id)
+            except ZLinkError as error:
+                _log.warning("could not release the record of Actor %s: %s", self.actor_id, error)
+        self.closed.set()
+
+    # --- admission -----------------------------------------------------------------------------
+
+    def offer(self, envelope: Envelope) -> None:
+        """Admit now; ``CAPACITY_EXCEEDED`` when the queue is full (mailbox.py Rule 1)."""
+        if not self.accepting:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
+        self.mailbox.offer(envelope, f"Actor {self.actor_id}")
+
+    async def put(self, envelope: Envelope) -> None:
+        """Admit, waiting for room while the queue is full."""
+        if not self.accepting:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
+        await self.mailbox.put(envelope, f"Actor {self.actor_id}")
+
+    # --- the lane ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """The lane: turns in queue order, each followed by the joins it deferred (Rules 1, 3)."""
+        try:
+            with self._turns:
+                async for envelope in self.mailbox.receive:
+                    if self._drop_admitted:
+                        self.node.jobs.release()
+                        fail_one(self.node.dispatcher, envelope, self._gone())
+                        continue
+                    joins = await self._message_turn(envelope)
+                    for join in joins:
+                        if not self.accepting:
+                            break
+                        await self._run_join(join)
+        except Exception:
+            _log.exception("the lane of Actor %s failed", self.actor_id)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._finish()
+
+    async def _message_turn(self, envelope: Envelope) -> list[DeferredJoin]:
+        handler = envelope.handler
+        gate = self._gate()
+        try:
+            if gate is not None and not gate.try_acquire():
+                try:
+                    await gate.acquire()
+                except trio.Cancelled:
+                    fail_one(self.node.dispatcher, envelope, self._gone())
+                    raise
+        finally:
+            # The job leaves the queue: failed or about to start (mailbox.py Rule 2).
+            self.node.jobs.release()
+        turn = Turn(gate, actor=self)
+        token = enter_turn(turn)
+        try:
+            method = getattr(self.instance, handler.name)
+            if handler.takes_context:
+                context = envelope.context
+                if context.spot_id != self.spot.spot_id:
+                    # Admitted before a join moved the Actor: name the Spot it is handled in.
+                    context = attrs.evolve(context, spot_id=self.spot.spot_id)
+                arguments: tuple[object, ...] = (envelope.message, context)
+            else:
+                arguments = (envelope.message,)
+            try:
+                result = await method(*arguments)
+            except Exception as error:
+                if envelope.reply_route is None:
+                    _log.exception("packet handler %s of %s raised", handler.name, self.actor_id)
+                    return []
+                result = ZLinkError(
+                    ErrorKind.INTERNAL_FAILURE,
+                    f"request handler {handler.name} raised {type(error).__name__}",
+                )
+                reply(self.node.dispatcher, envelope.reply_route, handler, result, self._name())
+                return []
+            except trio.Cancelled:
+                fail_one(self.node.dispatcher, envelope, self._gone())
+                raise
+            if envelope.reply_route is not None:
+                reply(self.node.dispatcher, envelope.reply_route, handler, result, self._name())
+            return [join for join in turn.joins if isinstance(join, DeferredJoin)]
+        finally:
+            leave_turn(token)
+            if gate is not None:
+                gate.release()
+
+    async def _own_turn(self, completion: ActorJoinCompletion) -> None:
+        """``on_join_completed`` as a turn of this Actor, on its (new) Spot's gate."""
+        gate = self._gate()
+        if gate is not None:
+            await gate.acquire()
+        token = enter_turn(Turn(gate, actor=self))
+        try:
+            await self.instance.on_join_completed(completion)
+        except Exception:
+            _log.exception("on_join_completed of Actor %s raised", self.actor_id)
+        finally:
+            leave_turn(token)
+            if gate is not None:
+                gate.release()
+
+    # --- joins ---------------------------------------------------------------------------------
+
+    async def _run_join(self, join: DeferredJoin) -> None:
+        spots = self.catalog.spots
+        target_id = spots.entry.spot_id if join.target is None else join.target
+        self.joining = True
+        try:
+            completion: ActorJoinCompletion | None = None
+            with trio.move_on_at(join.deadline):
+                completion = await self._join(join, target_id)
+            if completion is None:
+                timed_out = f"the join to {target_id} timed out"
+                completion = self._fail(join, target_id, ErrorKind.DEADLINE_EXCEEDED, timed_out)
+        finally:
+            self.joining = False
+        if self.accepting:
+            await self._own_turn(completion)
+
+    async def _join(self, join: DeferredJoin, target_id: SpotId) -> ActorJoinCompletion:
+        node = self.node
+        if not node.admitting:
+            return self._fail(join, target_id, ErrorKind.SHUTTING_DOWN, "the host is shutting down")
+        spots = self.catalog.spots
+        target = spots.entry if join.target is None else spots.activations.get(join.target)
+        if target is None or not target.accepting:
+            return self._fail(join, target_id, ErrorKind.NOT_FOUND, f"no Spot {target_id} here")
+        if target is self.spot:
+            # Already a member: accepted, with no callback and no change (ACT-14).
+            return ActorJoinCompletion(
+                ActorJoinOutcome.ACCEPTED, join.join_id, target_id.value, self.ref
+            )
+        if target.kind is SpotKind.INSTANCE:
+            no_actors = f"{target_id} is an Instance Spot: it has no Actors"
+            return self._fail(join, target_id, ErrorKind.INVALID_OPERATION, no_actors)
+        reply_message: object | None = None
+        if target.kind is SpotKind.USER:
+            try:
+                decision = await target.control_turn(
+                    lambda spot: spot.on_actor_join(self.actor_id, join.request)
+                )
+            except ZLinkError as error:
+                return self._failed(join, target_id, error)
+            except Exception as error:
+                raised = f"on_actor_join raised {type(error).__name__}"
+                return self._fail(join, target_id, ErrorKind.INTERNAL_FAILURE, raised)
+            if not isinstance(decision, SpotActorJoinResult):
+                wrong = "on_actor_join must return a SpotActorJoinResult"
+                return self._fail(join, target_id, ErrorKind.INTERNAL_FAILURE, wrong)
+            if not decision.accepted:
+                return ActorJoinCompletion(
+                    ActorJoinOutcome.REJECTED,
+                    join.join_id,
+                    target_id.value,
+                    reply=decision.reply,
+                )
+            reply_message = decision.reply
+            if not (target.accepting and node.admitting and self.accepting):
+                closed = f"Spot {target_id} closed during the join"
+                return self._fail(join, target_id, ErrorKind.NOT_FOUND, closed)
+        # The commit: no checkpoint since the last check (Rule 3).
+        source = self.spot
+        source.members.discard(self)
+        target.members.add(self)
+        self.spot = target
+        await self._notify(target, "on_joined_actor")
+        node.activation_nursery.start_soon(self._notify, source, "on_leave_actor")
+        return ActorJoinCompletion(
+            ActorJoinOutcome.ACCEPTED,
+            join.join_id,
+            target_id.value,
+            self.ref,
+            reply_message,
+        )
+
+    async def _notify(self, spot: Activation, callback: str) -> None:
+        instance = self.instance
+        try:
+            await spot.control_turn(lambda s: getattr(s, callback)(instance))
+        except ZLinkError as error:
+            _log.info(
+                "%s of %s for Actor %s skipped: %s", callback, spot.spot_id, self.actor_id, error
+            )
+        except Exception:
+            _log.exception("%s of %s raised for Actor %s", callback, spot.spot_id, self.actor_id)
+
+    async def notify_disconnected(self) -> None:
+        """Run ``on_disconnect_actor`` of this Actor's current Spot for it."""
+        await self._notify(self.spot, "on_disconnect_actor")
+
+    def _failed(
+        self, join: DeferredJoin, target_id: SpotId, error: ZLinkError
+    ) -> ActorJoinCompletion:
+        return ActorJoinCompletion(
+            ActorJoinOutcome.FAILED, join.join_id, target_id.value, error=error
+        )
+
+    def _fail(
+        self, join: DeferredJoin, target_id: SpotId, kind: ErrorKind, text: str
+    ) -> ActorJoinCompletion:
+        return self._failed(join, target_id, ZLinkError(kind, text))
+
+    # --- closing -------------------------------------------------------------------------------
+
+    def begin_close(self, deadline: float, *, drain: bool) -> bool:
+        """Seal the queue and start closing (Rule 4); ``False`` if closing had begun."""
+        if self.state is not ActorState.READY:
+            return False
+        self.state = ActorState.CLOSING
+        self._drop_admitted = not drain
+        self.mailbox.close()
+        self._turns.deadline = deadline
+        return True
+
+    async def _finish(self) -> None:
+        self.state = ActorState.CLOSED
+        self.catalog.live.discard(self)
+        self.mailbox.close()
+        for envelope in self.mailbox.take_all():
+            self.node.jobs.release()
+            fail_one(self.node.dispatcher, envelope, self._gone())
+        try:
+            with trio.move_on_after(self.node.config.store_release_timeout):
+                await self.node.authority.release(self._claim)
+        except ZLinkError as error:
+            _log.warning("could not release the record of Actor %s: %s", self.actor_id, error)
+        if self.catalog.actors.get(self.actor_id) is self:
+            del self.catalog.actors[self.actor_id]
+        self.instance = None  # the instance does not outlive its activation (SPOT-61)
+        self.closed.set()
+
+    def leave_membership(self) -> None:
+        """Leave the current Spot's member set (destroy, not shutdown: Rule 4)."""
+        self.spot.members.discard(self)
+
+    def _gone(self) -> ZLinkError:
+        return ZLinkError(
+            ErrorKind.UNAVAILABLE, f"Actor {self.actor_id} closed before handling the message"
+        )
+
+    def _name(self) -> str:
+        return f"Actor {self.actor_id}"

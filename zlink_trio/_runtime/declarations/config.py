@@ -1,0 +1,161 @@
+"""Host configuration and the checks of durations (specs/registration.md REG-8.1;
+specs/completion.md CMP-3.10, CMP-9.9; specs/shutdown.md SHUT-4.8).
+
+A ``HostConfig`` is checked as a whole when it is made: every bad value is listed in one
+``ConfigurationError`` (REG-5.11), so a host never starts from a contradictory configuration.
+Strings become identifiers once, when the host starts (ID-6.4).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import attrs
+
+from zlink_trio._runtime.engines.workers import MAX_CPU_SLOTS
+from zlink_trio.errors import ConfigurationError
+from zlink_trio.ids import MeshName, NodeRid
+
+__all__ = ["MAX_APP_JOB_QUEUE_SIZE", "MAX_TIMEOUT_MS", "HostConfig", "check_timeout"]
+
+MAX_TIMEOUT_MS = 2**31 - 1
+"""Largest timeout, in whole milliseconds: the signed 32-bit maximum every ZLink language shares."""
+MIN_RELEASE_TIMEOUT = 10.0
+"""Seconds a store record's release at close gets at least (see ``store_release_timeout``)."""
+MAX_APP_JOB_QUEUE_SIZE = 2**31 - 1
+"""Largest application job queue size (seed 003 §8)."""
+
+
+def check_timeout(value: object, what: str) -> float:
+    """``value`` as seconds when it is a finite number > 0 that, rounded up to whole
+    milliseconds, is at most ``MAX_TIMEOUT_MS``; ``TypeError`` for a non-number or a ``bool``,
+    ``ValueError`` for anything else (CMP-9.9)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} takes a number of seconds, not {type(value).__name__}")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{what} must be a finite number of seconds greater than 0, got {value}")
+    if math.ceil(seconds * 1000) > MAX_TIMEOUT_MS:
+        raise ValueError(f"{what} must be at most {MAX_TIMEOUT_MS} ms, got {value} s")
+    return seconds
+
+
+def _problem(check: object, *arguments: object) -> str | None:
+    try:
+        check(*arguments)  # type: ignore[operator]  # each check is a one-shot validator
+    except (TypeError, ValueError) as error:
+        return str(error)
+    return None
+
+
+def _check_queue_size(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"app_job_queue_size takes an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_APP_JOB_QUEUE_SIZE:
+        raise ValueError(f"app_job_queue_size must be in 1..{MAX_APP_JOB_QUEUE_SIZE}, got {value}")
+
+
+def _check_mailbox_limit(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"mailbox_limit takes an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_APP_JOB_QUEUE_SIZE:
+        raise ValueError(f"mailbox_limit must be in 1..{MAX_APP_JOB_QUEUE_SIZE}, got {value}")
+
+
+def _check_cpu_slots(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"cpu_worker_slots takes an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_CPU_SLOTS:
+        raise ValueError(f"cpu_worker_slots must be in 1..{MAX_CPU_SLOTS}, got {value}")
+
+
+def _default_cpu_slots() -> int:
+    # One CPU-bound thread per core; the cap keeps a huge machine inside the scheduler's range.
+    return min(os.cpu_count() or 1, MAX_CPU_SLOTS)
+
+
+def _check_optional_timeout(value: object, what: str) -> None:
+    if value is not None:
+        check_timeout(value, what)
+
+
+@attrs.frozen
+class HostConfig:
+    """How one host runs: its mesh, its store and its time bounds (all times in seconds).
+
+    Every value is checked when the config is made; all problems are raised together as one
+    ``ConfigurationError``.
+    """
+
+    mesh: MeshName | str
+    """The mesh this host serves, used exactly as written (ID-6.11)."""
+    store_dsn: str | None = None
+    """The store's PostgreSQL DSN; ``None`` means ``ZLINK_STORE_DSN``, else the embedded server."""
+    store_data_dir: Path | None = None
+    """The embedded server's data folder when no DSN is given; ``None`` is the default folder."""
+    node_rid: NodeRid | str | None = None
+    """This node's routing identity; ``None`` generates one at start (ID-9)."""
+    request_timeout: float = 5.0
+    """Timeout of a request or create call that sets none (CMP-9.9)."""
+    closing_timeout: float = 5.0
+    """Time ``on_closing`` gets: its deadline is close start plus this (SHUT-4.8)."""
+    instance_idle_timeout: float | None = None
+    """Idle time after which an Instance Spot is evicted; ``None`` never evicts (SPOT-50)."""
+    app_job_queue_size: int = 65536
+    """Permits of the host's shared application job queue, 1..2**31-1 (REG-8.1): every
+    admitted message holds one until its turn ends; with none free, senders wait (ERR-8.1)."""
+    mailbox_limit: int = 65536
+    """Most messages one Spot's or Actor's own queue holds, 1..2**31-1; a request finding it
+    full ends with ``CAPACITY_EXCEEDED``, a send waits for room (ERR-5.10, CMP-5.1)."""
+    bind_host: str = "127.0.0.1"
+    """The address the transport binds its two endpoints on (ports chosen by the OS); peers
+    reach this host at the endpoints it publishes in its node record."""
+    node_lease: float = 10.0
+    """Lease of this host's node record in the store: peers stop routing to it this long after
+    its last renewal (MESH-3); it is renewed every third of it."""
+    cpu_worker_slots: int = attrs.field(factory=_default_cpu_slots)
+    """CPU worker threads of the host, 1..1024; the default is the number of CPUs (CMP-3.10)."""
+
+    def __attrs_post_init__(self) -> None:
+        found = [
+            _problem(lambda v: v if isinstance(v, MeshName) else MeshName(v), self.mesh),
+            _problem(lambda v: v is None or isinstance(v, NodeRid) or NodeRid(v), self.node_rid),
+            _problem(_check_dsn_type, self.store_dsn),
+            _problem(check_timeout, self.request_timeout, "request_timeout"),
+            _problem(check_timeout, self.closing_timeout, "closing_timeout"),
+            _problem(check_timeout, self.node_lease, "node_lease"),
+            _problem(_check_bind_host, self.bind_host),
+            _problem(_check_optional_timeout, self.instance_idle_timeout, "instance_idle_timeout"),
+            _problem(_check_queue_size, self.app_job_queue_size),
+            _problem(_check_mailbox_limit, self.mailbox_limit),
+            _problem(_check_cpu_slots, self.cpu_worker_slots),
+        ]
+        problems = [f"HostConfig: {problem}" for problem in found if problem is not None]
+        if problems:
+            raise ConfigurationError(problems)
+
+    @property
+    def store_release_timeout(self) -> float:
+        """How long releasing a store record at close may take: the closing time, but never less
+        than ``MIN_RELEASE_TIMEOUT``, because a record left behind keeps its id taken until a
+        peer finds its owner gone."""
+        return max(self.closing_timeout, MIN_RELEASE_TIMEOUT)
+
+    @property
+    def mesh_name(self) -> MeshName:
+        """The mesh as a :class:`MeshName`."""
+        return self.mesh if isinstance(self.mesh, MeshName) else MeshName(self.mesh)
+
+
+def _check_bind_host(value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"bind_host takes a str, not {type(value).__name__}")
+    if not value or any(c in value for c in "/: \t"):
+        raise ValueError(f"bind_host must be a host name or IPv4 address, got {value!r}")
+
+
+def _check_dsn_type(value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"store_dsn takes a str or None, not {type(value).__name__}")

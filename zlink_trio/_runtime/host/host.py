@@ -1,0 +1,238 @@
+"""A running host: its task tree, start-up and immediate shutdown (specs/shutdown.md SHUT-2.1..
+SHUT-2.3, SHUT-4.1, SHUT-4.2, SHUT-4.4..SHUT-4.10, SHUT-7.3..SHUT-7.5; specs/registration.md
+REG-5.1, REG-5.11; specs/api.md API-16, API-17).
+
+The task tree (DESIGN §2): ``open_host`` owns one nursery holding
+
+    the store task            opens the stores and keeps them open until it is told to close
+    the transport task        the RouteMesh (application and completion ROUTERs, a DEALER pair
+                              per peer); closed after the last activation closed
+    the membership task       publishes this host's node record (with the transport's endpoints)
+                              under a lease and watches its peers (ownership/membership.py)
+    the remote task           peers -> transport, the routing cache (routing/remote.py), and
+                              inbound requests (routing/inbound.py)
+    the completion lane       CompletionDispatcher.run
+    the activations task      owns the activations nursery; every Spot's task runs inside it
+
+The parts are built here, the composition root, and wired with the few callables that point
+against the subsystem graph (architecture.md, "Inverted dependencies"); ``tree.py`` runs them.
+Each part closes what it created (SHUT-4.1): the store task closes the store, the lane drains
+itself, each activation releases its own store record. The host only decides the order, and it
+decides it by stage, never by looking at what kind of part it is closing (SHUT-2.4).
+
+Immediate shutdown runs once, in its own task in the host nursery, so a caller that stops
+waiting does not stop it (SHUT-4.10); every ``shutdown()`` call waits for that one run
+(SHUT-2.3). Its stages, in order (SHUT-4.5):
+
+1. seal admission: every new operation, worker calls included, raises SHUTTING_DOWN (SHUT-4.6),
+   and mark the node record ``draining`` so peers place nothing new here (MESH-18);
+2. settle every call still in flight with SHUTTING_DOWN (SHUT-4.7), local and remote, so a turn
+   waiting for a reply ends instead of holding its gate until the closing deadline;
+3. seal every Actor's queue (what was queued is dropped; its calls were settled in stage 2), then
+   close every activation with HOST_SHUTDOWN and one deadline, ``closing_timeout`` from now:
+   ``on_closing`` runs while the Spot is still registered and holds its store record (SHUT-4.8,
+   SHUT-7.3), then the activation releases its record;
+4. stop serving peers (the remote task ends, the transport closes), withdraw the node record
+   (the membership task ends), then drain the completion lane;
+5. close the store;
+6. publish the final result: ``shutdown()`` returns and ``open_host`` exits; nothing starts after
+   (SHUT-4.4).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from functools import partial
+
+import trio
+
+from zlink_trio._exception_groups import sole_error
+from zlink_trio._integration.store import StoreConfig
+from zlink_trio._integration.transport import MeshConfig
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.application.application import Application
+from zlink_trio._runtime.application.contexts import ActorContext, SpotContext
+from zlink_trio._runtime.calls.actor_manager import ActorManager
+from zlink_trio._runtime.calls.route import Route
+from zlink_trio._runtime.calls.spot_manager import SpotManager
+from zlink_trio._runtime.calls.worker_calls import Workers
+from zlink_trio._runtime.declarations.config import HostConfig
+from zlink_trio._runtime.engines.completion import CompletionDispatcher
+from zlink_trio._runtime.engines.workers import WorkerScheduler
+from zlink_trio._runtime.host.tree import TaskTree
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.ownership.authority import SpotAuthority
+from zlink_trio._runtime.ownership.membership import Membership
+from zlink_trio._runtime.ownership.node_record import NodeRecord
+from zlink_trio._runtime.routing.forward import forward
+from zlink_trio._runtime.routing.inbound import Inbound
+from zlink_trio._runtime.routing.messaging import Messaging
+from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId
+
+__all__ = ["Host", "open_host"]
+
+
+class Host:
+    """A started host: ``route`` for sends and requests, ``spots`` for the Spot manager,
+    ``workers`` for worker offload, and ``shutdown()``. Made only by ``open_host``."""
+
+    def __init__(self, messaging: Messaging, tree: TaskTree) -> None:
+        self._node = messaging.node
+        self._messaging = messaging
+        self._tree = tree
+        self.route = Route(messaging)
+        """Sends and requests to Spots."""
+        self.spots = SpotManager(messaging.spots)
+        """Create, get-or-create and close User Spots."""
+        self.actors = ActorManager(messaging.actors)
+        """Create, get-or-create, find and destroy Actors."""
+        self.workers = Workers(messaging.node)
+        """CPU and I/O worker calls on this host's worker scheduler."""
+
+    @property
+    def mesh(self) -> MeshName:
+        """The mesh this host serves."""
+        return self._node.mesh
+
+    @property
+    def node_rid(self) -> NodeRid:
+        """This host's node RID, the same for its whole run (ID-9)."""
+        return self._node.node_rid
+
+    @property
+    def node_generation(self) -> NodeGeneration:
+        """This run's lifecycle generation, new at every start (ID-9)."""
+        return self._node.node_generation
+
+    @property
+    def peers(self) -> Mapping[NodeRid, NodeGeneration]:
+        """The other live hosts of this mesh as the store shows them now: node RID -> the
+        generation of its current run (MESH-18)."""
+        membership = self._tree.membership
+        if membership is None:
+            return {}
+        return {rid: record.generation for rid, record in membership.peers().items()}
+
+    async def shutdown(self) -> None:
+        """Immediate shutdown: seal admission, settle calls, close every Spot with
+        HOST_SHUTDOWN, drain completions, close the store. Idempotent; concurrent and later
+        calls wait for the same run, and cancelling a caller does not stop it."""
+        await self._tree.shutdown(self._node)
+
+
+@asynccontextmanager
+async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]:
+    """Validate ``app`` and ``config``, start a host, and shut it down when the block exits.
+
+    ``ConfigurationError`` lists every problem before anything touches the store (REG-5.1).
+    """
+    if not isinstance(app, Application):
+        raise TypeError(f"open_host takes a zl.Application, not {type(app).__name__}")
+    if not isinstance(config, HostConfig):
+        raise TypeError(f"open_host takes a zl.HostConfig, not {type(config).__name__}")
+    registry = app.freeze()
+    node_rid = (
+        NodeRid(f"node-{uuid.uuid4().hex}")
+        if config.node_rid is None
+        else config.node_rid
+        if isinstance(config.node_rid, NodeRid)
+        else NodeRid(config.node_rid)
+    )
+    node_generation = NodeGeneration.new()
+    store_config = StoreConfig(dsn=config.store_dsn, data_dir=config.store_data_dir)
+    try:
+        async with trio.open_nursery() as nursery:
+            tree = TaskTree(nursery)
+            stores = await nursery.start(tree.run_store, store_config)
+            dispatcher = CompletionDispatcher()
+            await nursery.start(dispatcher.run)
+            activations = await nursery.start(tree.run_activations)
+            node = LocalNode(
+                config,
+                registry,
+                node_rid,
+                node_generation,
+                dispatcher,
+                SpotAuthority(stores.location, config.mesh_name, node_rid, node_generation),
+                activations,
+                trio.lowlevel.current_trio_token(),
+                WorkerScheduler(config.cpu_worker_slots),
+            )
+            spots = SpotCatalog[Activation](node)
+            actors = ActorCatalog[ActorActivation](spots)
+            messaging = Messaging(spots, actors)
+            # The contexts hand out the clients, which sit above the Spots and Actors: bound
+            # here, at the composition root, so neither subsystem imports them.
+            spots.make_context = partial(SpotContext, messaging)
+            actors.make_context = partial(ActorContext, messaging)
+            tree.spots, tree.actors = spots, actors
+            # The Entry Spot: made by the framework, Ready before the host is handed out, with
+            # an id of this run's own (SPOT-2, SPOT-42).
+            entry = Activation(
+                spots,
+                registry.entry_type,
+                SpotId(f"entry.{node_generation.value:016x}"),
+                None,
+            )
+            spots.entry = entry
+            # The transport first, so the node record carries its endpoints from the first
+            # write; published once the host can serve (MESH-18), then peers are followed.
+            membership = Membership(
+                stores.location,
+                config.mesh_name,
+                NodeRecord(
+                    node_rid,
+                    node_generation,
+                    types=[t.name for t in registry.spot_types.values()],
+                ),
+                lease=config.node_lease,
+            )
+            remote = Remote(
+                node, stores.location, membership, lambda: len(spots.live) + len(actors.live)
+            )
+            inbound = Inbound(messaging, remote)
+            bind = f"tcp://{config.bind_host}:*"
+            mesh = await nursery.start(
+                tree.run_transport,
+                MeshConfig(
+                    mesh=config.mesh_name,
+                    node_rid=node_rid,
+                    generation=node_generation,
+                    application_bind=bind,
+                    completion_bind=bind,
+                ),
+                inbound,
+            )
+            remote.mesh = mesh
+            membership.update(
+                application_endpoint=mesh.application_endpoint,
+                completion_endpoint=mesh.completion_endpoint,
+            )
+            await activations.start(entry.run)
+            tree.membership = membership
+            await nursery.start(tree.run_membership, membership)
+            node.authority.check_liveness = True
+            tree.remote = remote
+            messaging.remote = remote
+            # Routing owns the wire, so it hands a lost cold race's messages to the winner.
+            spots.forward = partial(forward, remote)
+            await nursery.start(tree.run_remote, remote, inbound)
+            host = Host(messaging, tree)
+            try:
+                yield host
+            finally:
+                with trio.CancelScope(shield=True):
+                    await host.shutdown()
+    except BaseExceptionGroup as group:
+        # The host nursery wraps what passes through it; a lone error leaves as itself, so
+        # callers can branch on its type and kind.
+        lone = sole_error(group)
+        if lone is None:
+            raise
+        raise lone from None

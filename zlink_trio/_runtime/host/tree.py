@@ -1,0 +1,179 @@
+"""The host's task tree and the order of its immediate shutdown (specs/shutdown.md SHUT-2.3,
+SHUT-2.4, SHUT-4.1, SHUT-4.4..SHUT-4.10, SHUT-7.3..SHUT-7.5; DESIGN §2).
+
+``open_host`` (host.py) starts each part in the host nursery through the ``run_*`` methods here;
+each part closes what it created (SHUT-4.1), and the events and cancel scopes of ``TaskTree``
+encode the order in which they are told to. The stages are listed in host.py's docstring.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from zlink_trio._integration.store import StoreConfig, Stores, open_stores
+from zlink_trio._integration.transport import MeshConfig, RouteMesh, open_route_mesh
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.engines.completion import shutting_down
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.ownership.membership import Membership
+from zlink_trio._runtime.ownership.node_record import DRAINING
+from zlink_trio._runtime.routing.inbound import Inbound
+from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio.ids import SpotCloseReason
+
+__all__ = ["TaskTree"]
+
+_log = logging.getLogger("zlink_trio.runtime.host")
+
+
+class TaskTree:
+    """The host nursery's parts and the events that encode the shutdown order."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
+        self._close_store = trio.Event()
+        self._store_closed = trio.Event()
+        self._close_activations = trio.Event()
+        self._activations_closed = trio.Event()
+        self._membership_scope = trio.CancelScope()
+        self._membership_ended = trio.Event()
+        self._close_transport = trio.Event()
+        self._transport_closed = trio.Event()
+        self._remote_scope = trio.CancelScope()
+        self._remote_ended = trio.Event()
+        self.remote: Remote | None = None
+        self.membership: Membership | None = None
+        self.spots: SpotCatalog[Activation] | None = None
+        self.actors: ActorCatalog[ActorActivation] | None = None
+        self._started = False
+        self.finished = trio.Event()
+
+    async def run_store(
+        self,
+        config: StoreConfig,
+        *,
+        task_status: trio.TaskStatus[Stores] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            async with open_stores(config) as stores:
+                task_status.started(stores)
+                await self._close_store.wait()
+        finally:
+            self._store_closed.set()
+
+    async def run_activations(
+        self, *, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            async with trio.open_nursery() as activations:
+                task_status.started(activations)
+                await self._close_activations.wait()
+                # Every activation has closed or overrun its bound; cancel what is left.
+                activations.cancel_scope.cancel()
+        finally:
+            self._activations_closed.set()
+
+    async def run_membership(
+        self,
+        membership: Membership,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            with self._membership_scope:
+                await membership.run(task_status=task_status)
+        finally:
+            self._membership_ended.set()
+
+    async def run_transport(
+        self,
+        config: MeshConfig,
+        inbound: Inbound,
+        *,
+        task_status: trio.TaskStatus[RouteMesh] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            async with open_route_mesh(config, inbound.on_message) as mesh:
+                task_status.started(mesh)
+                await self._close_transport.wait()
+        finally:
+            self._transport_closed.set()
+
+    async def run_remote(
+        self,
+        remote: Remote,
+        inbound: Inbound,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            with self._remote_scope:
+                async with trio.open_nursery() as serving:
+                    await serving.start(remote.run)
+                    await serving.start(inbound.run)
+                    task_status.started()
+        finally:
+            self._remote_ended.set()
+
+    async def shutdown(self, node: LocalNode) -> None:
+        if not self._started and not self.finished.is_set():
+            self._started = True
+            self.nursery.start_soon(self._shut_down, node)
+        await self.finished.wait()
+
+    async def _shut_down(self, node: LocalNode) -> None:
+        try:
+            node.admitting = False
+            node.workers.close()
+            if self.membership is not None:
+                self.membership.update(state=DRAINING)
+            if self.remote is not None:
+                self.remote.settle_all()
+            settled = node.dispatcher.settle_all(shutting_down())
+            _log.debug("shutdown settled %d calls in flight", settled)
+            deadline = trio.current_time() + node.config.closing_timeout
+            # Both are set right after the node is made, before any part can shut down.
+            assert self.spots is not None
+            assert self.actors is not None
+            actors = list(self.actors.live)
+            for actor in actors:
+                actor.begin_close(deadline, drain=False)
+            closing = list(self.spots.live)
+            for activation in closing:
+                activation.begin_close(SpotCloseReason.HOST_SHUTDOWN, deadline, drain=False)
+            # The closing deadline bounds on_closing; the store release after it gets as long.
+            with trio.move_on_at(deadline + node.config.store_release_timeout):
+                for actor in actors:
+                    await actor.closed.wait()
+                for activation in closing:
+                    await activation.closed.wait()
+            self._close_activations.set()
+            await self._activations_closed.wait()
+            # Peers are served no more: inbound work ends, the transport closes.
+            self._remote_scope.cancel()
+            self._close_transport.set()
+            if self.remote is not None:
+                await self._remote_ended.wait()
+                await self._transport_closed.wait()
+            # The membership withdraws its record as it ends (bounded, shielded).
+            self._membership_scope.cancel()
+            await self._membership_ended.wait()
+            node.dispatcher.close()
+            await node.dispatcher.wait_drained()
+        finally:
+            # Even when the host nursery is being cancelled (a part crashed), the store still
+            # closes and the result is published, so no waiter of shutdown() is left behind.
+            self._remote_scope.cancel()
+            self._close_transport.set()
+            self._membership_scope.cancel()
+            self._close_store.set()
+            try:
+                with trio.CancelScope(shield=True):
+                    await self._store_closed.wait()
+            finally:
+                self.finished.set()

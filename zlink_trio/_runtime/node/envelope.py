@@ -1,0 +1,70 @@
+"""What one admitted message travels in, and how its request is answered (specs/completion.md
+CMP-9.3; specs/errors.md ERR-5.9).
+
+Rule 1: a reply goes to whoever still waits. ``reply`` pops the caller's entry: if the caller
+already stopped waiting (timeout, cancellation, shutdown) the reply is discarded (CMP-9.3).
+Rule 2: a reply is checked against its handler's declared reply class; any other value ends the
+call with ``INTERNAL_FAILURE`` naming the handler, never with a value of the wrong type.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+
+from zlink_trio._runtime.declarations.registry import Handler
+from zlink_trio._runtime.declarations.values import MessageContext
+from zlink_trio._runtime.engines.completion import CompletionDispatcher, Outcome
+from zlink_trio._wire.ids import ReplyRouteId
+from zlink_trio.errors import ErrorKind, ZLinkError
+
+__all__ = ["Envelope", "fail_one", "reply"]
+
+_log = logging.getLogger("zlink_trio.runtime.mailbox")
+
+
+@attrs.frozen
+class Envelope:
+    """One admitted message and where its reply goes (``None`` for a one-way message)."""
+
+    message: object
+    handler: Handler
+    context: MessageContext
+    reply_route: ReplyRouteId | None
+
+
+def reply(
+    dispatcher: CompletionDispatcher,
+    route: ReplyRouteId,
+    handler: Handler,
+    result: object,
+    owner: str,
+) -> None:
+    """Complete the caller's request with ``result`` if it still waits (Rule 3)."""
+    entry = dispatcher.pop(route)
+    if entry is None:
+        _log.debug("late reply of %s discarded", owner)
+        return
+    if isinstance(result, ZLinkError):
+        outcome = Outcome(error=result)
+    elif handler.reply_type is not None and isinstance(result, handler.reply_type):
+        outcome = Outcome(value=result)
+    else:
+        outcome = Outcome(
+            error=ZLinkError(
+                ErrorKind.INTERNAL_FAILURE,
+                f"request handler {handler.name} returned {type(result).__qualname__}, "
+                "not its declared reply class",
+            )
+        )
+    dispatcher.deliver(entry, outcome)
+
+
+def fail_one(dispatcher: CompletionDispatcher, envelope: Envelope, error: ZLinkError) -> None:
+    """End the request ``envelope`` carries with ``error``, if its caller still waits."""
+    if envelope.reply_route is None:
+        return
+    entry = dispatcher.pop(envelope.reply_route)
+    if entry is not None:
+        dispatcher.deliver(entry, Outcome(error=error))

@@ -1,0 +1,68 @@
+"""The state one running host shares among its parts (specs/shutdown.md SHUT-2.1, SHUT-4.6).
+
+A ``LocalNode`` is made by ``open_host`` and handed to every subsystem of that host; hosts in one
+process share nothing (SHUT-2.1). It holds what every part needs and nothing that names a Spot
+or an Actor: the host's identity, configuration and registry, its completion dispatcher, store
+authority, job permits, worker scheduler and the activations nursery. The live Spots and Actors
+are kept by their own subsystems (``spots/catalog.py``, ``actors/catalog.py``), which sit above
+this module. Its ``admitting`` flag is the single admission seal: every public operation checks
+it first, so once shutdown has sealed it every new operation ends with ``SHUTTING_DOWN``
+(SHUT-4.6).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from zlink_trio._runtime.declarations.config import HostConfig
+from zlink_trio._runtime.declarations.registry import Registry
+from zlink_trio._runtime.engines.completion import CompletionDispatcher, shutting_down
+from zlink_trio._runtime.engines.mailbox import JobPermits
+from zlink_trio._runtime.engines.workers import WorkerScheduler
+from zlink_trio._runtime.ownership.authority import SpotAuthority
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
+
+__all__ = ["LocalNode"]
+
+
+class LocalNode:
+    """One host run: its identity, registry, call table, store authority, job permits, worker
+    scheduler and the nursery its activations run in."""
+
+    def __init__(
+        self,
+        config: HostConfig,
+        registry: Registry,
+        node_rid: NodeRid,
+        node_generation: NodeGeneration,
+        dispatcher: CompletionDispatcher,
+        authority: SpotAuthority,
+        activation_nursery: trio.Nursery,
+        token: trio.lowlevel.TrioToken,
+        workers: WorkerScheduler,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.mesh: MeshName = config.mesh_name
+        self.node_rid = node_rid
+        self.node_generation = node_generation
+        self.dispatcher = dispatcher
+        self.authority = authority
+        self.activation_nursery = activation_nursery
+        self.token = token
+        self.workers = workers
+        """The host's one worker scheduler; closed when shutdown seals admission."""
+        self.jobs = JobPermits(config.app_job_queue_size)
+        """The host's shared application job queue (mailbox.py Rule 1)."""
+        self.admitting = True
+
+    def check_admitting(self) -> None:
+        """Raise ``SHUTTING_DOWN`` once shutdown has sealed admission (SHUT-4.6)."""
+        if not self.admitting:
+            raise shutting_down()
+
+    def check_mesh(self, mesh: MeshName | None) -> None:
+        """A call naming another mesh than this host's finds nothing there (CMP-5.10)."""
+        if mesh is not None and mesh != self.mesh:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"no mesh named {mesh} is served here")

@@ -1,0 +1,250 @@
+"""Spot authority and object generations in the Location Store (specs/spots.md SPOT-9..SPOT-11,
+SPOT-15; specs/identifiers.md ID-6.12; specs/decisions.md DEC-18).
+
+Key layout, all under one prefix per mesh so meshes sharing a database never meet:
+
+    m/<mesh>/spot/<spot id>         the authority record of the live incarnation (CBOR map):
+                                    owner node RID, owner node generation, object generation,
+                                    Spot kind, stable type, state ("activating" | "ready")
+    m/<mesh>/generation/<spot id>   the last object generation issued for the id (CBOR int);
+                                    durable, it outlives the incarnation
+    actor/<actor id>                an Actor's authority record; Actor ids are unique across
+    actor-generation/<actor id>     the whole store, not per mesh (ACT-2), so these keys carry
+                                    no mesh prefix; the record's kind is ``INVALID`` (not a Spot)
+                                    and its mesh is the mesh of its owner
+
+Rule 1: one winner per id. A claim writes the authority record with ``IfMissing`` and bumps the
+generation counter (``IfMissing`` or ``IfVersion`` on the counter) in the same batch: of two
+racing claimers exactly one commits, and the loser sees the winner's record (SPOT-15).
+Rule 2: generations only grow. The counter is never deleted, so an id created again after its
+incarnation ended gets a larger generation than every earlier one (ID-6.12).
+Rule 3: changes are conditional on the version the owner wrote, so a stale owner can never
+overwrite or delete a newer incarnation's record.
+Rule 4: a store call that was cancelled has an unknown outcome (DEC-17); the runtime settles it by
+reading the record again (``forget_if_ours``), never by assuming.
+Rule 5: a dead owner's record can be taken over. Once ``check_liveness`` is on (the host's
+membership runs), a claim that finds a record whose owner run has no live node record in the
+owner's mesh (``m/<mesh>/node/<rid>`` with that generation) replaces it, conditional on the
+version it read, with the next generation: a Spot or Actor of a killed host is activated again
+elsewhere and its generation only grows (GLOBAL rules in specs/global.md).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+import cbor2
+
+from zlink_trio._integration.store import (
+    Applied,
+    Batch,
+    Delete,
+    Found,
+    IfMissing,
+    IfVersion,
+    LocationStore,
+    Put,
+)
+from zlink_trio._runtime.ownership.node_record import NodeRecord
+from zlink_trio.ids import (
+    ActorId,
+    MeshName,
+    NodeGeneration,
+    NodeRid,
+    ObjectGeneration,
+    SpotId,
+    SpotKind,
+    StableTypeName,
+)
+
+__all__ = ["Claim", "Held", "SpotAuthority", "SpotRecord"]
+
+_log = logging.getLogger("zlink_trio.runtime.authority")
+
+ACTIVATING = "activating"
+READY = "ready"
+
+
+@attrs.frozen
+class SpotRecord:
+    """What the authority record of an id says."""
+
+    owner: NodeRid
+    owner_generation: NodeGeneration
+    generation: ObjectGeneration
+    kind: SpotKind
+    type_name: StableTypeName
+    state: str
+    mesh: MeshName | None = None
+    """The owner's mesh (Actor records live outside every mesh prefix, so they say it)."""
+
+    def encode(self) -> bytes:
+        """The CBOR bytes stored at the record's key."""
+        return cbor2.dumps(
+            {
+                "owner": self.owner.value,
+                "owner_generation": self.owner_generation.value,
+                "generation": self.generation.value,
+                "kind": int(self.kind),
+                "type": self.type_name.value,
+                "state": self.state,
+                **({} if self.mesh is None else {"mesh": self.mesh.value}),
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> SpotRecord:
+        """Read what :meth:`encode` wrote."""
+        data = cbor2.loads(raw)
+        return cls(
+            NodeRid(data["owner"]),
+            NodeGeneration(data["owner_generation"]),
+            ObjectGeneration(data["generation"]),
+            SpotKind(data["kind"]),
+            StableTypeName(data["type"]),
+            data["state"],
+            MeshName(data["mesh"]) if "mesh" in data else None,
+        )
+
+
+@attrs.frozen
+class Claim:
+    """This node holds the id's authority at ``generation``; ``version`` is the record's."""
+
+    spot_id: SpotId | ActorId
+    """The Spot or Actor whose authority this is."""
+    record: SpotRecord
+    version: int
+
+
+@attrs.frozen
+class Held:
+    """Another incarnation already holds the id."""
+
+    record: SpotRecord
+
+
+class SpotAuthority:
+    """This node's reads and conditional writes of Spot authority records in one mesh."""
+
+    def __init__(
+        self,
+        store: LocationStore,
+        mesh: MeshName,
+        node_rid: NodeRid,
+        node_generation: NodeGeneration,
+    ) -> None:
+        self._store = store
+        self._prefix = f"m/{mesh.value}/"
+        self._node_rid = node_rid
+        self._node_generation = node_generation
+        self._mesh = mesh
+        self.check_liveness = False
+        """Take over records of owners that are not live; on once membership runs (Rule 5)."""
+
+    def _record_key(self, target: SpotId | ActorId) -> str:
+        if isinstance(target, ActorId):
+            return f"actor/{target.value}"
+        return f"{self._prefix}spot/{target.value}"
+
+    def _generation_key(self, target: SpotId | ActorId) -> str:
+        if isinstance(target, ActorId):
+            return f"actor-generation/{target.value}"
+        return f"{self._prefix}generation/{target.value}"
+
+    async def read(self, spot_id: SpotId | ActorId) -> SpotRecord | None:
+        """The live authority record of ``spot_id``, or ``None``."""
+        found = await self._store.read(self._record_key(spot_id))
+        return SpotRecord.decode(found.value) if isinstance(found, Found) else None
+
+    async def claim(
+        self, spot_id: SpotId | ActorId, kind: SpotKind, type_name: StableTypeName
+    ) -> Claim | Held:
+        """Take the id's authority for this node with the next generation, or report who holds
+        it (Rule 1). Store failures raise ``ZLinkError(UNAVAILABLE)`` from the store."""
+        record_key = self._record_key(spot_id)
+        generation_key = self._generation_key(spot_id)
+        while True:
+            current = await self._store.read(record_key)
+            held: IfMissing | IfVersion = IfMissing(record_key)
+            if isinstance(current, Found):
+                holder = SpotRecord.decode(current.value)
+                if not await self._is_stale(holder):
+                    return Held(holder)
+                _log.info("taking over %s from %s, which is not live", spot_id, holder.owner)
+                held = IfVersion(record_key, current.version)
+            counter = await self._store.read(generation_key)
+            if isinstance(counter, Found):
+                last = int(cbor2.loads(counter.value))
+                counted: IfMissing | IfVersion = IfVersion(generation_key, counter.version)
+            else:
+                last = 0
+                counted = IfMissing(generation_key)
+            record = SpotRecord(
+                self._node_rid,
+                self._node_generation,
+                ObjectGeneration(last + 1),
+                kind,
+                type_name,
+                ACTIVATING,
+                self._mesh,
+            )
+            written = await self._store.write(
+                Batch(
+                    [held, counted],
+                    [Put(record_key, record.encode()), Put(generation_key, cbor2.dumps(last + 1))],
+                )
+            )
+            if isinstance(written, Applied):
+                return Claim(spot_id, record, written.versions[0])
+            # Someone else wrote first: read again and either see their record or retry.
+
+    async def is_stale(self, record: SpotRecord) -> bool:
+        """Whether ``record``'s owner run has no live node record (Rule 5)."""
+        return await self._is_stale(record)
+
+    async def _is_stale(self, record: SpotRecord) -> bool:
+        if not self.check_liveness:
+            return False
+        if record.owner == self._node_rid and record.owner_generation == self._node_generation:
+            return False
+        mesh = self._mesh if record.mesh is None else record.mesh
+        found = await self._store.read(f"m/{mesh.value}/node/{record.owner.value}")
+        if not isinstance(found, Found):
+            return True
+        try:
+            node = NodeRecord.decode(found.value)
+        except ValueError:
+            return True
+        return node.generation != record.owner_generation
+
+    async def mark_ready(self, claim: Claim) -> Claim:
+        """Record that the claimed incarnation is Ready; ``None`` never: a lost record raises."""
+        ready = attrs.evolve(claim.record, state=READY)
+        key = self._record_key(claim.spot_id)
+        written = await self._store.write(
+            Batch([IfVersion(key, claim.version)], [Put(key, ready.encode())])
+        )
+        if not isinstance(written, Applied):
+            raise LookupError(f"the authority record of {claim.spot_id} changed under its owner")
+        return Claim(claim.spot_id, ready, written.versions[0])
+
+    async def release(self, claim: Claim) -> bool:
+        """Delete the record this node wrote; ``False`` when it was no longer ours (Rule 3)."""
+        key = self._record_key(claim.spot_id)
+        written = await self._store.write(Batch([IfVersion(key, claim.version)], [Delete(key)]))
+        if not isinstance(written, Applied):
+            _log.warning("authority record of %s was not ours any more", claim.spot_id)
+            return False
+        return True
+
+    async def forget_if_ours(self, spot_id: SpotId | ActorId) -> None:
+        """After a claim whose outcome is unknown: delete the record if this node run wrote it."""
+        key = self._record_key(spot_id)
+        found = await self._store.read(key)
+        if not isinstance(found, Found):
+            return
+        record = SpotRecord.decode(found.value)
+        if record.owner == self._node_rid and record.owner_generation == self._node_generation:
+            await self._store.write(Batch([IfVersion(key, found.version)], [Delete(key)]))

@@ -1,0 +1,79 @@
+"""Handing a lost cold race's admitted messages to the winning host (specs/routing.md ROUTE-8).
+
+Two hosts may activate one Instance Spot id cold at the same instant; the store's claim picks one
+(spots/activation.py Rule 7). The loser's incarnation never starts, and everything it admitted is
+handed here, in admission order, to the winner: a send is sent on, a request is made again to the
+winner and its outcome completes the caller's original entry, so the caller waits on its own
+call and sees the winner's answer. The Spot subsystem calls this through
+``SpotCatalog.forward``, which the host binds to ``partial(forward, remote)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import trio
+
+from zlink_trio._runtime.declarations.values import MessageContext
+from zlink_trio._runtime.engines.completion import Outcome
+from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.routing.remote import Owner, Remote
+from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._wire.ids import ReplyRouteId
+from zlink_trio.errors import ZLinkError
+from zlink_trio.ids import NodeRid
+
+__all__ = ["forward"]
+
+_log = logging.getLogger("zlink_trio.runtime.activation")
+
+
+async def forward(
+    remote: Remote, activation: Activation, owner: NodeRid, envelopes: list[Envelope]
+) -> None:
+    """Send what ``activation`` admitted to ``owner``, in order; requests complete their
+    callers' entries with the winner's outcome."""
+    node = activation.node
+    instance_type = activation.spot_type.name
+    async with trio.open_nursery() as requests:
+        for envelope in envelopes:
+            node.jobs.release()
+            message, context = envelope.message, envelope.context
+            route = envelope.reply_route
+            if route is None:
+                try:
+                    await remote.send(
+                        Owner(owner), activation.spot_id, message, context.metadata, instance_type
+                    )
+                except ZLinkError as error:
+                    _log.info("a forwarded send to %s failed: %s", activation.spot_id, error)
+                continue
+            reply_type = envelope.handler.reply_type or object
+            deadline = math.inf if context.deadline is None else context.deadline
+
+            async def forward_request(
+                route: ReplyRouteId = route,
+                message: object = message,
+                context: MessageContext = context,
+                reply_type: type = reply_type,
+                deadline: float = deadline,
+            ) -> None:
+                try:
+                    value = await remote.request(
+                        Owner(owner),
+                        activation.spot_id,
+                        message,
+                        reply_type,
+                        context.metadata,
+                        instance_type,
+                        deadline,
+                    )
+                    outcome = Outcome(value=value)
+                except ZLinkError as error:
+                    outcome = Outcome(error=error)
+                entry = node.dispatcher.pop(route)
+                if entry is not None:
+                    node.dispatcher.deliver(entry, outcome)
+
+            requests.start_soon(forward_request)

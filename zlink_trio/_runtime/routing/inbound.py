@@ -1,0 +1,236 @@
+"""Work that peers send to this host: one-way messages and requests, delivered here only
+(specs/global.md; specs/completion.md CMP-4.7, CMP-5.12; specs/errors.md ERR-5.11).
+
+Theory of operation.
+
+Rule 1: inbound work is delivered locally only. A message that arrives for a target this host
+does not hold is not forwarded: a request gets ``NOT_FOUND`` (a stale route on the caller's side),
+a send is dropped and logged. It enters ``Messaging`` with ``local=True``, so it never goes back
+out to the wire. A request's handler sees the caller's deadline as ``ctx.deadline``.
+Rule 2: a request to a Spot that is ready here, with a job permit free, is admitted by the
+transport's reader itself: its entry completes into a callback (completion.py Rule 5) that sends
+the Reply or ErrorReply from the completion lane, so it needs no task and no cancel scope. Its
+budget counts from arrival; a result that comes after it is not sent, because the caller's own
+transport has ended the call with ``DEADLINE_EXCEEDED`` by then. Everything else (an Actor
+target, no free permit, a closing incarnation to wait for) runs as a local request in a task of
+its own, in the nursery ``run`` keeps open while the host serves peers.
+Rule 3: a full queue here is the owner's resource for the caller, so a caller on another host
+sees ``UNAVAILABLE``, never ``CAPACITY_EXCEEDED`` (ERR-5.11).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import trio
+
+from zlink_trio._integration.transport import PeerRun
+from zlink_trio._runtime.declarations.handlers import HandlerKind
+from zlink_trio._runtime.declarations.values import MessageContext
+from zlink_trio._runtime.engines.completion import Outcome
+from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.routing.local import InstanceChoice, resolve_spot
+from zlink_trio._runtime.routing.messaging import Messaging
+from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio._wire import ErrorReply, Reply, Request, Send
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ActorId, SpotId
+
+__all__ = ["Inbound"]
+
+_log = logging.getLogger("zlink_trio.runtime.remote")
+
+
+class Inbound:
+    """This host's side of work from peers; ``on_message`` is the transport's reader callback."""
+
+    def __init__(self, messaging: Messaging, remote: Remote) -> None:
+        self._messaging = messaging
+        self._node = messaging.node
+        self._remote = remote
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the nursery of inbound requests open until cancelled (Rule 2)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+
+    async def on_message(self, origin: PeerRun, message: Send | Request) -> None:
+        """The transport's application reader hands each message here (Rule 1)."""
+        if type(message) is Send:
+            await self._inbound_send(origin, message)
+            return
+        assert isinstance(message, Request)
+        nursery = self._nursery
+        if nursery is None:
+            self._answer(origin, message, ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving"))
+            return
+        # The budget counts from arrival, not from when the task gets to run.
+        arrived = trio.current_time()
+        if not self._admit_request(origin, message, arrived):
+            nursery.start_soon(self._inbound_request, origin, message, arrived)
+
+    def _admit_request(self, origin: PeerRun, message: Request, arrived: float) -> bool:
+        """Admit a request to a Spot ready here at once, its reply sent from the completion
+        lane (Rule 2); or answer its error now. ``False`` when it has to wait (no free job
+        permit, a closing incarnation) or targets an Actor: the caller runs it in a task.
+
+        The same steps, in the same order, as ``Messaging.request`` for a local target."""
+        target = message.target
+        if type(target) is not SpotId:
+            return False
+        node = self._node
+        try:
+            decoded = node.registry.messages.decode(message.message_type, message.payload)
+            node.check_admitting()
+            jobs = node.jobs
+            if not jobs.try_acquire():
+                return False
+            try:
+                instance = _instance_of(message)
+                found = resolve_spot(
+                    self._messaging.spots,
+                    target,
+                    type(decoded),
+                    HandlerKind.REQUEST,
+                    instance,
+                    True,
+                )
+                if not isinstance(found, tuple):
+                    jobs.release()
+                    return False
+                activation, handler = found
+                deadline = arrived + max(message.budget_us / 1_000_000, 1e-6)
+                dispatcher = node.dispatcher
+                entry = dispatcher.register(
+                    partial(self._answer_outcome, origin, message, deadline)
+                )
+                try:
+                    activation.offer(
+                        Envelope(
+                            decoded,
+                            handler,
+                            MessageContext(target, dict(message.metadata), None, deadline),
+                            entry.route,
+                        )
+                    )
+                except BaseException:
+                    dispatcher.pop(entry.route)
+                    raise
+            except BaseException:
+                jobs.release()
+                raise
+        except ZLinkError as error:
+            self._answer(origin, message, _for_caller(error))
+        return True
+
+    def _answer_outcome(
+        self, origin: PeerRun, request: Request, deadline: float, outcome: Outcome
+    ) -> None:
+        """The completion of an admitted inbound request, on the completion lane (Rule 2)."""
+        if trio.current_time() >= deadline:
+            # The caller's transport ended the call with DEADLINE_EXCEEDED by now.
+            _log.debug("a reply to %s after its deadline was not sent", origin.node_rid)
+            return
+        error = outcome.error
+        self._answer(origin, request, outcome.value if error is None else _for_caller(error))
+
+    async def _inbound_send(self, origin: PeerRun, message: Send) -> None:
+        messaging = self._messaging
+        node = self._node
+        try:
+            decoded = node.registry.messages.decode(message.message_type, message.payload)
+            metadata = dict(message.metadata)
+            if isinstance(message.target, ActorId):
+                await messaging.send_actor(message.target, decoded, metadata, local=True)
+            else:
+                instance = _instance_of(message)
+                await messaging.send(message.target, decoded, metadata, instance, None, local=True)
+        except ZLinkError as error:
+            _log.info(
+                "a send from %s to %s was not admitted: %s", origin.node_rid, message.target, error
+            )
+
+    async def _inbound_request(self, origin: PeerRun, message: Request, arrived: float) -> None:
+        messaging = self._messaging
+        node = self._node
+        try:
+            decoded = node.registry.messages.decode(message.message_type, message.payload)
+            # The caller checks the reply's class; here any declared message passes through.
+            handler_reply = object
+            metadata = dict(message.metadata)
+            budget = max(message.budget_us / 1_000_000 - (trio.current_time() - arrived), 1e-6)
+            if isinstance(message.target, ActorId):
+                result = await messaging.request_actor(
+                    message.target, decoded, handler_reply, metadata, budget, local=True
+                )
+            else:
+                instance = _instance_of(message)
+                result = await messaging.request(
+                    message.target,
+                    decoded,
+                    handler_reply,
+                    metadata,
+                    instance,
+                    None,
+                    budget,
+                    local=True,
+                )
+        except ZLinkError as error:
+            self._answer(origin, message, _for_caller(error))
+            return
+        self._answer(origin, message, result)
+
+    def _answer(self, origin: PeerRun, request: Request, result: object) -> None:
+        mesh = self._remote.mesh
+        if mesh is None:
+            return
+        answer: Reply | ErrorReply
+        if isinstance(result, ZLinkError):
+            answer = ErrorReply(
+                request.reply_route,
+                request.operation_id,
+                origin.generation,
+                result.kind,
+                result.message,
+            )
+        else:
+            try:
+                name, payload = self._node.registry.messages.encode(result)
+            except (TypeError, ValueError) as error:
+                answer = ErrorReply(
+                    request.reply_route,
+                    request.operation_id,
+                    origin.generation,
+                    ErrorKind.INTERNAL_FAILURE,
+                    f"the reply cannot be encoded: {error}",
+                )
+            else:
+                answer = Reply(
+                    request.reply_route, request.operation_id, origin.generation, name, payload
+                )
+        try:
+            mesh.reply(origin, answer)
+        except ZLinkError as error:
+            _log.info("a reply to %s was not sent: %s", origin.node_rid, error)
+
+
+def _for_caller(error: ZLinkError) -> ZLinkError:
+    """The error a remote caller gets for ``error`` raised here."""
+    if error.kind is ErrorKind.CAPACITY_EXCEEDED:
+        # This host's queue is full: for the caller that is a resource another runtime owns, so
+        # it sees UNAVAILABLE, never CAPACITY_EXCEEDED (ERR-5.11).
+        return ZLinkError(ErrorKind.UNAVAILABLE, f"the owner's queue is full: {error}")
+    return error
+
+
+def _instance_of(message: Send | Request) -> InstanceChoice | None:
+    """The ``instance_spot(type)`` choice a message from a peer carries, if any."""
+    kind = message.instance_spot_type
+    return None if kind is None else InstanceChoice(kind)

@@ -1,0 +1,203 @@
+"""Finding and admitting the target of a call on this host, and waiting for a request's one result
+(specs/completion.md CMP-4.4, CMP-9.1..CMP-9.4, CMP-9.10, CMP-10.2, CMP-17.7; specs/spots.md
+SPOT-19..SPOT-26; specs/errors.md ERR-4.1, ERR-4.2, ERR-5.1..ERR-5.9).
+
+The local half of messaging: what ``messaging.py`` does once it knows the target is, or is to be,
+on this host, and what inbound work from peers (``inbound.py``) does for every target. Nothing
+here reaches another host.
+
+Rule 1: resolving and admitting have no checkpoint between them. ``resolve_spot`` returns the
+ready activation and its handler, or starts a cold activation and registers it before any
+checkpoint, so the caller's message is the first one admitted to the new Spot (activation.py
+Rule 2).
+Rule 2: one atomic pop decides a request. Its entry is registered before the message is admitted
+(completion.py Rule 1); reply, timeout, cancellation and shutdown all pop the entry, and only the
+one that gets it completes the call (CMP-9.1, CMP-10.2). The deadline gives
+``DEADLINE_EXCEEDED``; a caller's Trio cancel scope gives ``trio.Cancelled`` (CMP-9.10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import trio
+
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.declarations.handlers import HandlerKind
+from zlink_trio._runtime.declarations.registry import Handler, SpotType
+from zlink_trio._runtime.declarations.values import MessageContext
+from zlink_trio._runtime.engines.completion import Outcome, PendingCall
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ActorId, SpotId, SpotKind, StableTypeName
+
+__all__ = [
+    "InstanceChoice",
+    "actor_context",
+    "deadline_error",
+    "job_permit",
+    "reply_of",
+    "resolve_actor",
+    "resolve_spot",
+]
+
+
+class InstanceChoice:
+    """``instance_spot()`` (``type_name`` ``None``) or ``instance_spot(type_name)``."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: StableTypeName | None) -> None:
+        self.type_name = type_name
+
+
+def resolve_spot(
+    spots: SpotCatalog[Activation],
+    spot_id: SpotId,
+    message_type: type,
+    kind: HandlerKind,
+    instance: InstanceChoice | None,
+    create: bool,
+) -> tuple[Activation, Handler] | Activation | None:
+    """The local target and its handler; or the closing incarnation to wait for; or ``None``
+    when nothing here holds the id and ``create`` is false (the caller looks at the store).
+    With ``create`` a missing id is activated cold here when ``instance_spot()`` asks for it,
+    else ``NOT_FOUND`` (Rule 1)."""
+    node = spots.node
+    node.check_admitting()
+    current = spots.activations.get(spot_id)
+    if current is not None:
+        if instance is not None and (
+            current.kind is not SpotKind.INSTANCE
+            or (instance.type_name is not None and current.spot_type.name != instance.type_name)
+        ):
+            raise ZLinkError(
+                ErrorKind.TYPE_MISMATCH,
+                f"{spot_id} is a {current.kind.name} Spot of type {current.spot_type.name}",
+            )
+        if current.accepting:
+            return current, _handler_of(current.spot_type, message_type, kind)
+        if instance is None:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {spot_id} is closing")
+        # A closing incarnation still holds the id: activate the next one after it.
+        return current
+    if not create:
+        return None
+    if instance is None:
+        raise ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {spot_id}")
+    spot_type = _instance_type(node, instance)
+    handler = _handler_of(spot_type, message_type, kind)
+    activation = Activation(spots, spot_type, spot_id, None)
+    # Registered before any checkpoint, so the caller's message is the first admitted.
+    spots.activations[spot_id] = activation
+    node.activation_nursery.start_soon(activation.run_cold)
+    return activation, handler
+
+
+def resolve_actor(
+    actors: ActorCatalog[ActorActivation], actor_id: ActorId, message_type: type, kind: HandlerKind
+) -> tuple[ActorActivation, Handler]:
+    """The Ready local Actor ``actor_id`` and its handler; ``NOT_FOUND`` otherwise."""
+    actor = actors.actors.get(actor_id)
+    if actor is None or not actor.accepting:
+        raise ZLinkError(ErrorKind.NOT_FOUND, f"no Actor {actor_id}")
+    actor_type = actor.actor_type
+    handler = actor_type.handlers.get(message_type)
+    if handler is None or handler.kind is not kind:
+        raise ZLinkError(
+            ErrorKind.NOT_FOUND,
+            f"{actor_type.name} has no {kind.value} handler for {message_type.__qualname__}",
+        )
+    return actor, handler
+
+
+def actor_context(
+    actor: ActorActivation,
+    actor_id: ActorId,
+    metadata: Mapping[str, str],
+    deadline: float | None = None,
+) -> MessageContext:
+    """What the Actor's handler sees: the Spot it is a member of now, and the Actor."""
+    return MessageContext(actor.spot.spot_id, metadata, actor_id, deadline)
+
+
+async def job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -> None:
+    """Take a job permit for a request, within its deadline (mailbox.py Rule 1)."""
+    if node.jobs.try_acquire():
+        return  # the hot path: no cancel scope, no checkpoint
+    with trio.move_on_at(deadline):
+        await node.jobs.acquire()
+        return
+    raise deadline_error(spot_id)
+
+
+async def reply_of(
+    node: LocalNode, entry: PendingCall, deadline: float, reply_type: type
+) -> object:
+    """The request's settled reply, checked to be a ``reply_type`` (Rule 2)."""
+    reply = await _settle(node, entry, deadline)
+    if not isinstance(reply, reply_type):
+        raise ZLinkError(
+            ErrorKind.PROTOCOL_ERROR,
+            f"the reply is a {type(reply).__qualname__}, not a {reply_type.__qualname__}",
+        )
+    return reply
+
+
+async def _settle(node: LocalNode, entry: PendingCall, deadline: float) -> object:
+    dispatcher = node.dispatcher
+    try:
+        with trio.move_on_at(deadline):
+            outcome = await entry.wait()
+            return outcome.unwrap()
+    except trio.Cancelled:
+        # The caller's own cancellation claims the slot unless another path already did; in
+        # both cases the caller sees only its cancellation (CMP-9.10).
+        dispatcher.pop(entry.route)
+        raise
+    # The deadline passed: the timeout path competes for the same slot (CMP-10.2).
+    if dispatcher.pop(entry.route) is entry:
+        dispatcher.deliver(entry, Outcome(error=deadline_error(None)))
+    with trio.CancelScope(shield=True):
+        # Whoever won has queued the completion; it runs in the lane's next turns.
+        outcome = await entry.wait()
+    return outcome.unwrap()
+
+
+def deadline_error(spot_id: SpotId | None) -> ZLinkError:
+    """``DEADLINE_EXCEEDED`` for a request (to ``spot_id``, when known)."""
+    target = "" if spot_id is None else f" to {spot_id}"
+    return ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"the request{target} timed out")
+
+
+def _handler_of(spot_type: SpotType, message_type: type, kind: HandlerKind) -> Handler:
+    handler = spot_type.handlers.get(message_type)
+    if handler is None or handler.kind is not kind:
+        raise ZLinkError(
+            ErrorKind.NOT_FOUND,
+            f"{spot_type.name} has no {kind.value} handler for {message_type.__qualname__}",
+        )
+    return handler
+
+
+def _instance_type(node: LocalNode, choice: InstanceChoice) -> SpotType:
+    if choice.type_name is not None:
+        chosen = node.registry.spot_types.get(choice.type_name)
+        if chosen is None or chosen.kind is not SpotKind.INSTANCE:
+            raise ZLinkError(
+                ErrorKind.NOT_FOUND, f"no Instance Spot type {choice.type_name} is served here"
+            )
+        return chosen
+    candidates = node.registry.instance_types()
+    if not candidates:
+        raise ZLinkError(ErrorKind.NOT_FOUND, "no Instance Spot type is served here")
+    if len(candidates) > 1:
+        raise ZLinkError(
+            ErrorKind.INVALID_OPERATION,
+            "instance_spot() without a type needs exactly one Instance Spot type; "
+            f"{len(candidates)} are declared",
+        )
+    return candidates[0]

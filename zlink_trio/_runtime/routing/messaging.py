@@ -1,0 +1,305 @@
+"""Sends and requests to Spots and Actors, here or at their owner (specs/completion.md CMP-2.2,
+CMP-4.2, CMP-4.4, CMP-9.1..CMP-9.4, CMP-9.10, CMP-14.2, CMP-17.7; specs/spots.md SPOT-19..SPOT-26;
+specs/errors.md ERR-4.1, ERR-4.2, ERR-5.1..ERR-5.9).
+
+Rule 1: a one-way send completes at local admission: the message is in the target Spot's
+mailbox; it waits for no handler (CMP-4.2). It has no time bound and no deadline (DEC-1).
+Rule 2: a request fixes one deadline when its terminal starts; resolution, cold activation,
+admission and the reply wait all spend from it (CMP-9.4). Its entry is registered before the
+message is admitted (completion.py Rule 1), and whichever of reply, timeout, cancellation or
+shutdown pops the entry first decides the result (CMP-9.1). Timeout is the call's own deadline
+and gives ``DEADLINE_EXCEEDED``; a caller's Trio cancel scope gives ``trio.Cancelled`` (CMP-9.10).
+Rule 3: a send or request without ``instance_spot()`` never creates anything (SPOT-19); with it, a
+missing id is activated cold on this host and the activating message is the first one in the new
+Spot's mailbox (activation.py Rule 2).
+Rule 4: a message takes its job permit before its target is resolved (mailbox.py Rule 1), so
+resolving and admitting have no checkpoint between them and a cold-activating message stays the
+first in its new mailbox. A request spends its deadline on the permit wait too.
+Rule 5: ``Messaging`` is where a call chooses local or remote. It holds the host's Spot and Actor
+catalogs and, once peers are served, its ``Remote``; what happens on this host is ``local.py``,
+what happens on the wire is ``remote.py``, and inbound work from peers (``inbound.py``) calls
+back in here with ``local=True`` so it is never forwarded again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import trio
+
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.declarations.handlers import HandlerKind
+from zlink_trio._runtime.declarations.registry import Handler
+from zlink_trio._runtime.declarations.values import MessageContext
+from zlink_trio._runtime.engines.gate import current_turn
+from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.routing.local import (
+    InstanceChoice,
+    actor_context,
+    deadline_error,
+    job_permit,
+    reply_of,
+    resolve_actor,
+    resolve_spot,
+)
+from zlink_trio._runtime.routing.remote import STALE, Owner, Remote
+from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ActorId, MeshName, SpotId, StableTypeName
+
+__all__ = ["Messaging"]
+
+
+class Messaging:
+    """Sends and requests of one host to Spots and Actors, wherever they are (Rule 5)."""
+
+    def __init__(
+        self, spots: SpotCatalog[Activation], actors: ActorCatalog[ActorActivation]
+    ) -> None:
+        self.node = spots.node
+        self.spots = spots
+        self.actors = actors
+        self.remote: Remote | None = None
+        """Global addressing (remote.py); set once the transport and membership run."""
+
+    async def send(
+        self,
+        spot_id: SpotId,
+        message: object,
+        metadata: Mapping[str, str],
+        instance: InstanceChoice | None,
+        mesh: MeshName | None,
+        *,
+        local: bool = False,
+    ) -> None:
+        """Admit a one-way message into the target Spot's mailbox, here or at its owner (Rule 1;
+        remote.py Rule 3). ``local``: inbound from a peer, never forwarded (inbound.py Rule 1)."""
+        node = self.node
+        node.check_admitting()
+        node.check_mesh(mesh)
+        jobs = node.jobs
+        # The hot path takes a free permit and a free mailbox slot without a coroutine or a
+        # checkpoint; only a shortage waits.
+        if not jobs.try_acquire():
+            await jobs.acquire()
+        held = True
+        try:
+            create = local or self.remote is None
+            found = resolve_spot(
+                self.spots, spot_id, type(message), HandlerKind.PACKET, instance, create
+            )
+            if not isinstance(found, tuple):
+                located = await self._locate(
+                    spot_id, type(message), HandlerKind.PACKET, instance, create, math.inf
+                )
+                if isinstance(located, Owner):
+                    # A remote target's queue is at its owner: no local permit is held for it.
+                    held = False
+                    jobs.release()
+                    remote = self.remote
+                    assert remote is not None  # an Owner comes only from it
+                    await remote.send(located, spot_id, message, metadata, self._type_of(instance))
+                    return
+                found = located
+            activation, handler = found
+            envelope = Envelope(message, handler, MessageContext(spot_id, metadata), None)
+            if not activation.try_put(envelope):
+                await activation.put(envelope)
+        except BaseException:
+            if held:
+                jobs.release()
+            raise
+
+    async def request(
+        self,
+        spot_id: SpotId,
+        message: object,
+        reply_type: type,
+        metadata: Mapping[str, str],
+        instance: InstanceChoice | None,
+        mesh: MeshName | None,
+        time_limit: float,
+        *,
+        local: bool = False,
+    ) -> object:
+        """Send a request and wait for the one result that settles first (Rule 2), here or at the
+        target's owner (remote.py Rule 3)."""
+        node = self.node
+        node.check_admitting()
+        node.check_mesh(mesh)
+        deadline = trio.current_time() + time_limit
+        await job_permit(node, deadline, spot_id)
+        held = True
+        try:
+            create = local or self.remote is None
+            found = resolve_spot(
+                self.spots, spot_id, type(message), HandlerKind.REQUEST, instance, create
+            )
+            if not isinstance(found, tuple):
+                located = await self._locate(
+                    spot_id, type(message), HandlerKind.REQUEST, instance, create, deadline
+                )
+                if isinstance(located, Owner):
+                    held = False
+                    node.jobs.release()
+                    remote = self.remote
+                    assert remote is not None  # an Owner comes only from it
+                    return await remote.request(
+                        located,
+                        spot_id,
+                        message,
+                        reply_type,
+                        metadata,
+                        self._type_of(instance),
+                        deadline,
+                    )
+                found = located
+            activation, handler = found
+            entry = node.dispatcher.register()
+            try:
+                context = MessageContext(spot_id, metadata, None, deadline)
+                activation.offer(Envelope(message, handler, context, entry.route))
+            except BaseException:
+                node.dispatcher.pop(entry.route)
+                raise
+        except BaseException:
+            if held:
+                node.jobs.release()
+            raise
+        # Outside the scope above: only reply_of's own scope may turn the deadline into a result,
+        # after the pop race, so a reply that won the slot is never reported as a timeout.
+        return await reply_of(node, entry, deadline, reply_type)
+
+    @staticmethod
+    def _type_of(instance: InstanceChoice | None) -> StableTypeName | None:
+        if instance is None:
+            return None
+        if instance.type_name is not None:
+            return instance.type_name
+        raise ZLinkError(
+            ErrorKind.INVALID_OPERATION,
+            "instance_spot() without a type cannot reach a Spot on another host; name the type",
+        )
+
+    async def _locate(
+        self,
+        spot_id: SpotId,
+        message_type: type,
+        kind: HandlerKind,
+        instance: InstanceChoice | None,
+        create: bool,
+        deadline: float,
+    ) -> tuple[Activation, Handler] | Owner:
+        """Where a target that is not ready here is: after its closing incarnation here, at a live
+        remote owner, or (with ``instance_spot()``) a new cold activation here (remote.py Rule 1).
+        ``create``: the call may not go remote, so a missing id is decided here."""
+        spots = self.spots
+        while True:
+            found = resolve_spot(spots, spot_id, message_type, kind, instance, create)
+            if isinstance(found, tuple):
+                return found
+            if isinstance(found, Activation):
+                with trio.move_on_at(deadline):
+                    await found.closed.wait()
+                    continue
+                raise deadline_error(spot_id)
+            remote = self.remote
+            # resolve_spot returns None only for a call of this host that may go remote.
+            assert remote is not None
+            owner = await remote.owner_of(spot_id, deadline)
+            if isinstance(owner, Owner):
+                return owner
+            if owner is STALE and instance is None:
+                raise ZLinkError(ErrorKind.UNAVAILABLE, f"the owner of Spot {spot_id} is not live")
+            # No live owner anywhere: activate here (only with instance_spot(), else NOT_FOUND); the
+            # store's claim decides if another host does the same at once.
+            created = resolve_spot(spots, spot_id, message_type, kind, instance, True)
+            if isinstance(created, tuple):
+                return created
+            if isinstance(created, Activation):
+                continue
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {spot_id}")
+
+    async def send_actor(
+        self,
+        actor_id: ActorId,
+        message: object,
+        metadata: Mapping[str, str],
+        *,
+        local: bool = False,
+    ) -> None:
+        """Admit a one-way message into the Actor's queue, here or at its owner (Rule 1;
+        CMP-5.8)."""
+        node = self.node
+        node.check_admitting()
+        remote = self.remote
+        if not local and remote is not None and actor_id not in self.actors.actors:
+            owner = await remote.owner_of(actor_id, math.inf)
+            if isinstance(owner, Owner):
+                await remote.send(owner, actor_id, message, metadata, None)
+                return
+            if owner is STALE:
+                raise ZLinkError(
+                    ErrorKind.UNAVAILABLE, f"the owner of Actor {actor_id} is not live"
+                )
+        await node.jobs.acquire()
+        try:
+            actor, handler = resolve_actor(self.actors, actor_id, type(message), HandlerKind.PACKET)
+            context = actor_context(actor, actor_id, metadata)
+            await actor.put(Envelope(message, handler, context, None))
+        except BaseException:
+            node.jobs.release()
+            raise
+
+    async def request_actor(
+        self,
+        actor_id: ActorId,
+        message: object,
+        reply_type: type,
+        metadata: Mapping[str, str],
+        time_limit: float,
+        *,
+        local: bool = False,
+    ) -> object:
+        """A request to an Actor: one deadline, the first result wins (Rule 2), here or at its
+        owner."""
+        node = self.node
+        node.check_admitting()
+        deadline = trio.current_time() + time_limit
+        remote = self.remote
+        if not local and remote is not None and actor_id not in self.actors.actors:
+            owner = await remote.owner_of(actor_id, deadline)
+            if isinstance(owner, Owner):
+                return await remote.request(
+                    owner, actor_id, message, reply_type, metadata, None, deadline
+                )
+            if owner is STALE:
+                raise ZLinkError(
+                    ErrorKind.UNAVAILABLE, f"the owner of Actor {actor_id} is not live"
+                )
+        await job_permit(node, deadline, None)
+        try:
+            actor, handler = resolve_actor(
+                self.actors, actor_id, type(message), HandlerKind.REQUEST
+            )
+            turn = current_turn()
+            if turn is not None and turn.actor is actor:
+                # Its own turn holds the Actor's FIFO claim: the request could never run (ACT-17).
+                raise ZLinkError(
+                    ErrorKind.INVALID_OPERATION,
+                    f"Actor {actor_id} cannot wait for a request to itself from its own turn",
+                )
+            entry = node.dispatcher.register()
+            try:
+                context = actor_context(actor, actor_id, metadata, deadline)
+                actor.offer(Envelope(message, handler, context, entry.route))
+            except BaseException:
+                node.dispatcher.pop(entry.route)
+                raise
+        except BaseException:
+            node.jobs.release()
+            raise
+        return await reply_of(node, entry, deadline, reply_type)

@@ -1,0 +1,300 @@
+"""Global addressing, outbound: reaching Spots and Actors owned by other hosts of the mesh
+(specs/global.md; specs/completion.md CMP-4.3, CMP-4.7, CMP-5.12, CMP-5.20; specs/mesh.md
+MESH-19).
+
+Theory of operation.
+
+Rule 1: the store says who owns an id; the routing cache remembers it. A call whose target is not
+local reads the target's authority record (the resolve counts inside a request's deadline) and
+keeps ``id -> owner`` in a cache. The cache forgets an entry when a store change hint names its
+key, on a ``Resync``, when the owner's node record goes away (``PeerDown``), and when the owner
+answers that it has no such target, so the next call resolves again. Misses are never cached.
+Rule 2: an owner that is not live is nobody. A record whose owner's node record has lapsed is
+stale: a call to it ends with ``UNAVAILABLE`` (the owner is unreachable), and a claim may take it
+over (authority.py Rule 5), so a Spot of a killed host can be activated again elsewhere with a
+higher generation.
+Rule 3: the wire carries application messages as CBOR documents of their registered class;
+a remote send completes when the local transport queue took it (CMP-4.3) and nothing later
+changes its result; a remote request carries its remaining budget and ends with exactly one of
+the reply, the remote error's kind, ``DEADLINE_EXCEEDED``, ``UNAVAILABLE`` or ``SHUTTING_DOWN``.
+Nothing is re-sent automatically (CMP-5.20).
+Rule 4: inbound work is delivered locally only; that side is ``inbound.py``.
+Rule 5: peers come from membership. The transport connects to a peer when its node record shows
+endpoints and disconnects when the record goes away (MESH-19); a call waits, within its deadline,
+for the route to a live owner to come up.
+Rule 6: shutdown settles in-flight remote requests through the transport. ``settle_all`` ends
+every request pending in the RouteMesh, and those still waiting for a route, with
+``SHUTTING_DOWN``, so a remote request needs no cancel scope of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+
+import trio
+
+from zlink_trio._integration.store import Changed, LocationStore, Resync
+from zlink_trio._integration.transport import (
+    PeerAddress,
+    RouteMesh,
+    RouteUp,
+)
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.ownership.membership import Membership
+from zlink_trio._runtime.ownership.node_record import PeerChanged, PeerDown, PeerUp
+from zlink_trio._wire import OperationId, Send
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
+
+__all__ = ["STALE", "Owner", "Remote"]
+
+_log = logging.getLogger("zlink_trio.runtime.remote")
+
+Target = SpotId | ActorId
+
+
+class _Stale:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "STALE"
+
+
+STALE = _Stale()
+"""``owner_of``'s answer for a record whose owner is not live (Rule 2)."""
+
+
+class Owner:
+    """A live remote owner of a target: the node to send to."""
+
+    __slots__ = ("node_rid",)
+
+    def __init__(self, node_rid: NodeRid) -> None:
+        self.node_rid = node_rid
+
+
+class Remote:
+    """This host's end of global addressing: the transport, the routing cache and the routes to
+    peers. ``load()`` counts what this host runs, for its node record."""
+
+    def __init__(
+        self,
+        node: LocalNode,
+        store: LocationStore,
+        membership: Membership,
+        load: Callable[[], int],
+    ) -> None:
+        self._node = node
+        self._load = load
+        self._store = store
+        self._membership = membership
+        self.mesh: RouteMesh | None = None
+        self._cache: dict[Target, NodeRid] = {}
+        self._route_waiters: dict[NodeRid, trio.Event] = {}
+        self._gone: set[NodeRid] = set()
+        """Peers whose node record went away and has not come back (their calls end)."""
+        self._settled = False
+        self._spot_prefix = f"m/{node.mesh.value}/spot/"
+
+    # --- outbound ------------------------------------------------------------------------------
+
+    async def owner_of(self, target: Target, deadline: float) -> Owner | _Stale | None:
+        """The live remote owner of ``target``; ``STALE`` when its record names an owner that is
+        not live (Rule 2); ``None`` when the store has no record or the record is this host's
+        own. ``DEADLINE_EXCEEDED`` when the store does not answer in time, ``UNAVAILABLE`` when
+        it cannot be reached."""
+        cached = self._cache.get(target)
+        if cached is not None:
+            return Owner(cached)
+        node = self._node
+        record = None
+        with trio.move_on_at(deadline):
+            record = await node.authority.read(target)
+            if record is None:
+                return None
+            if record.owner == node.node_rid:
+                return None
+            known = self._membership.peers().get(record.owner)
+            if (
+                known is None or known.generation != record.owner_generation
+            ) and await node.authority.is_stale(record):
+                return STALE
+            self._cache[target] = record.owner
+            return Owner(record.owner)
+        raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"resolving {target} timed out")
+
+    def forget(self, target: Target) -> None:
+        """Drop ``target`` from the routing cache (Rule 1)."""
+        self._cache.pop(target, None)
+
+    async def _route_ready(self, owner: NodeRid, deadline: float) -> RouteMesh:
+        """The transport once its route to ``owner`` is up. A call waits for it until its
+        deadline (requests) or without a bound (sends), and in every case ends when shutdown
+        settles calls (``SHUTTING_DOWN``) or the owner's node record goes away
+        (``UNAVAILABLE``): a one-way send ends only by admission, route loss or shutdown."""
+        mesh = self._mesh()
+        while mesh.is_up(owner) is None:
+            if owner in self._gone:
+                raise ZLinkError(ErrorKind.UNAVAILABLE, f"{owner} left the mesh")
+            event = self._route_waiters.get(owner)
+            if event is None:
+                event = self._route_waiters[owner] = trio.Event()
+            with trio.move_on_at(deadline):
+                await event.wait()
+            if self._settled:  # settle_all woke it (Rule 6)
+                raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
+            if mesh.is_up(owner) is None and trio.current_time() >= deadline:
+                raise ZLinkError(ErrorKind.UNAVAILABLE, f"no route to {owner}")
+        return mesh
+
+    def _mesh(self) -> RouteMesh:
+        if self.mesh is None or self._settled:
+            raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
+        return self.mesh
+
+    async def send(
+        self,
+        owner: Owner,
+        target: Target,
+        message: object,
+        metadata: Mapping[str, str],
+        instance_type: StableTypeName | None,
+    ) -> None:
+        """A one-way message to ``target`` at ``owner``: completes at local transport
+        admission (Rule 3). Waits for the route with no time bound of its own; the route's
+        loss or the owner's departure ends it with ``UNAVAILABLE``."""
+        name, payload = self._node.registry.messages.encode(message)
+        mesh = self._mesh()
+        if mesh.is_up(owner.node_rid) is None:
+            mesh = await self._route_ready(owner.node_rid, math.inf)
+        try:
+            await mesh.send(
+                owner.node_rid,
+                Send(target, name, payload, instance_type, tuple(metadata.items())),
+            )
+        except ZLinkError as error:
+            if error.kind is ErrorKind.UNAVAILABLE:
+                self.forget(target)
+            raise
+
+    async def request(
+        self,
+        owner: Owner,
+        target: Target,
+        message: object,
+        reply_type: type,
+        metadata: Mapping[str, str],
+        instance_type: StableTypeName | None,
+        deadline: float,
+    ) -> object:
+        """A request to ``target`` at ``owner``; its reply decoded (Rule 3). Shutdown ends it
+        with ``SHUTTING_DOWN`` through the transport (Rule 6)."""
+        name, payload = self._node.registry.messages.encode(message)
+        try:
+            mesh = self._mesh()
+            if mesh.is_up(owner.node_rid) is None:
+                mesh = await self._route_ready(owner.node_rid, deadline)
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"the request to {target} timed out")
+            reply = await mesh.request(
+                owner.node_rid,
+                operation_id=OperationId.new(),
+                target=target,
+                message_type=name,
+                payload=payload,
+                timeout=remaining,
+                instance_spot_type=instance_type,
+                metadata=tuple(metadata.items()),
+            )
+        except ZLinkError as error:
+            if error.kind in (ErrorKind.NOT_FOUND, ErrorKind.UNAVAILABLE):
+                self.forget(target)
+            raise
+        value = self._node.registry.messages.decode(reply.reply_type, reply.payload)
+        if not isinstance(value, reply_type):
+            raise ZLinkError(
+                ErrorKind.PROTOCOL_ERROR,
+                f"the reply is a {type(value).__qualname__}, not a {reply_type.__qualname__}",
+            )
+        return value
+
+    def settle_all(self) -> None:
+        """Shutdown: every remote request still waiting ends with ``SHUTTING_DOWN`` (Rule 6)."""
+        self._settled = True
+        waiters = list(self._route_waiters.values())
+        self._route_waiters.clear()
+        for event in waiters:
+            event.set()  # every call waiting for its route ends SHUTTING_DOWN
+        if self.mesh is not None:
+            self.mesh.end_requests(ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down"))
+
+    # --- the tasks ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Peers from membership, routes from the transport, cache hints from the store and the
+        load report; until cancelled."""
+        mesh = self._mesh()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._follow_peers, mesh)
+            nursery.start_soon(self._follow_routes, mesh)
+            nursery.start_soon(self._follow_store)
+            nursery.start_soon(self._report_load)
+            task_status.started()
+
+    async def _follow_peers(self, mesh: RouteMesh) -> None:
+        events = self._membership.subscribe()
+        async with events:
+            async for event in events:
+                if isinstance(event, PeerUp | PeerChanged):
+                    record = event.record
+                    self._gone.discard(record.rid)
+                    if record.application_endpoint and record.completion_endpoint:
+                        try:
+                            mesh.add_peer(
+                                PeerAddress(
+                                    record.rid,
+                                    record.application_endpoint,
+                                    record.completion_endpoint,
+                                )
+                            )
+                        except (ValueError, ZLinkError) as error:
+                            _log.warning("cannot connect to %s: %s", record.rid, error)
+                elif isinstance(event, PeerDown):
+                    mesh.remove_peer(event.rid)
+                    self._gone.add(event.rid)
+                    waiter = self._route_waiters.pop(event.rid, None)
+                    if waiter is not None:
+                        waiter.set()  # calls waiting for its route end UNAVAILABLE
+                    for target, owner in list(self._cache.items()):
+                        if owner == event.rid:
+                            del self._cache[target]
+
+    async def _follow_routes(self, mesh: RouteMesh) -> None:
+        async for change in mesh.route_changes:
+            if isinstance(change, RouteUp):
+                waiter = self._route_waiters.pop(change.run.node_rid, None)
+                if waiter is not None:
+                    waiter.set()
+
+    async def _follow_store(self) -> None:
+        with self._store.changes() as subscription:
+            async for event in subscription:
+                if isinstance(event, Resync):
+                    self._cache.clear()
+                elif isinstance(event, Changed):
+                    for key in event.keys:
+                        self._forget_key(key)
+
+    def _forget_key(self, key: str) -> None:
+        if key.startswith(self._spot_prefix):
+            self._cache.pop(SpotId(key[len(self._spot_prefix) :]), None)
+        elif key.startswith("actor/"):
+            self._cache.pop(ActorId(key[len("actor/") :]), None)
+
+    async def _report_load(self) -> None:
+        while True:
+            self._membership.update(load=self._load())
+            await trio.sleep(1.0)

@@ -1,0 +1,482 @@
+"""One live Spot on this host: its mailbox, gate task, turns and lifecycle (specs/spots.md
+SPOT-13, SPOT-14, SPOT-26, SPOT-39..SPOT-48, SPOT-50, SPOT-59, SPOT-65, SPOT-67, SPOT-68;
+specs/errors.md ERR-5.9; specs/shutdown.md SHUT-7.3; specs/timers.md TIMER-9, TIMER-14).
+
+Longer than 400 lines: one state machine (activating, ready, closing, closed) whose rules span
+its methods: the gate task hands serving over when a turn yields (Rule 2), closing seals before
+anything else runs (Rule 3), and the id stays registered until the record is released. Split
+across modules, each of those invariants would have to be read in two places.
+
+Theory of operation.
+
+Rule 1: the lifecycle is one task. ``run`` claims authority (Instance Spots; a User Spot's creator
+claimed already), makes the instance, runs ``on_create`` (User Spots) and ``on_initialize``
+under the gate, records Ready in the store, serves the mailbox, runs ``on_closing`` and finally
+releases the store record. Nothing of the Spot runs before ``on_initialize`` has returned or
+after ``on_closing`` has started (SPOT-43).
+Rule 2: admission is the mailbox. A message is admitted when it is in the mailbox (an unbounded
+memory channel); the gate task takes the gate for each message in mailbox order and runs its
+turn itself, giving the gate back when the turn ends (gate.py Rule 2), so a turn costs no task of
+its own. Only ``yield_()`` needs another task: a yielding turn gives the gate back while it
+waits, and the next messages must still be served meanwhile, so before giving it back the turn
+starts a new gate task, and its own task stops serving once the turn ends. One task serves the
+mailbox at any time and takes messages in order, so FIFO holds across the hand-over. A
+cold-activating Instance Spot takes messages from the moment it is registered, so the activating
+message is the first in its mailbox and is handled first, right after ``on_initialize``
+(SPOT-26).
+Rule 3: closing seals first. ``begin_close`` closes the mailbox's sending side, so nothing new is
+admitted; what was admitted still runs (explicit close) or is dropped (host shutdown, whose calls
+were already settled), turns still running at the closing deadline are cancelled, and then
+``on_closing`` runs under the gate while the Spot is still registered and still holds its store
+record (SHUT-7.3). ``on_closing`` is cancelled at the deadline (SPOT-47) and its exceptions are
+logged (SPOT-48). The id stays registered to the closing incarnation until its record is
+released, so the next incarnation is activated only after that. Closing stops the Spot's timers
+before anything else (spots/timers.py Rule 3).
+Rule 4: a timer tick is a turn. ``run_tick`` takes the gate like a message turn and runs the tick
+handler only while the activation is Ready; the timer tasks live in the turns nursery, so the
+closing deadline cuts a running tick like any turn (TIMER-9, TIMER-14).
+Rule 6: Actor membership and lanes. A User Spot or the Entry Spot keeps its member Actors in
+``members``; Actor control work (``on_actor_join``, ``on_joined_actor``, ``on_leave_actor``,
+``on_disconnect_actor``, ``on_create_actor``) runs as a ``control_turn`` under the Spot's gate, so
+it never overlaps the Spot's other turns. In a SPOT_WIDE User Spot the member Actors' turns take
+that same gate (``shared_gate``); in the Entry Spot and in a PER_ACTOR User Spot each Actor runs
+on its own lane and the gate is only the Spot's direct and lifecycle lane, and in a PER_ACTOR Spot
+each timer ticks on its own lane too (SPOT-71, TIMER-34). Only turns on a shared gate, those of
+a SPOT_WIDE User Spot or an Instance Spot, may ``yield_()`` (gate.py Rule 5).
+Rule 7: a lost cold race forwards. Two hosts may activate one Instance Spot id cold at the same
+instant; the store's claim picks one. The loser's incarnation never starts: the messages it had
+admitted are handed, in admission order, to the winner over the wire (a request's caller still
+waits on its own entry and gets the winner's answer), so no caller sees the race (ROUTE-8). The
+hand-over itself is routing's (``SpotCatalog.forward``, routing/forward.py); this module only
+decides that it happens.
+Rule 5: idle eviction. With ``instance_idle_timeout`` set, an Instance Spot's turns nursery also
+runs a watcher that starts an ``IDLE_EVICTED`` close once no turn (message or tick) has run or
+held the gate for that long (SPOT-50). The close drains like an explicit one, so a message
+admitted at the same instant still runs; the next ``instance_spot()`` message waits for the
+close and activates a new incarnation (routing/messaging.py Rule 3).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import trio
+
+from zlink_trio._runtime.declarations.registry import SpotType
+from zlink_trio._runtime.declarations.values import SpotClosingContext, SpotCreateResponse
+from zlink_trio._runtime.engines.completion import shutting_down
+from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
+from zlink_trio._runtime.engines.mailbox import Mailbox
+from zlink_trio._runtime.engines.timers import TimerTick
+from zlink_trio._runtime.node.envelope import Envelope, fail_one, reply
+from zlink_trio._runtime.ownership.authority import Claim, Held
+from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio._runtime.spots.timers import SpotTimers
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import NodeRid, ObjectGeneration, SpotCloseReason, SpotId, SpotKind, SpotRef
+from zlink_trio.options import SpotFactoryMode
+
+__all__ = ["Activation", "ActivationState", "Envelope"]
+
+T = TypeVar("T")
+
+_log = logging.getLogger("zlink_trio.runtime.activation")
+
+
+class ActivationState(enum.Enum):
+    """Where an activation is in its life."""
+
+    ACTIVATING = "activating"
+    READY = "ready"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Activation:
+    """One incarnation of a Spot on this host."""
+
+    def __init__(
+        self,
+        catalog: SpotCatalog[Activation],
+        spot_type: SpotType,
+        spot_id: SpotId,
+        claim: Claim | None,
+    ) -> None:
+        node = catalog.node
+        self.catalog = catalog
+        self.node = node
+        self.spot_type = spot_type
+        self.spot_id = spot_id
+        self._claim = claim
+        self.state = ActivationState.ACTIVATING
+        self.gate = ExecutionGate()
+        self.mailbox = Mailbox[Envelope](node.config.mailbox_limit)
+        spot_wide = spot_type.mode is SpotFactoryMode.SPOT_WIDE
+        shared = spot_type.kind is SpotKind.INSTANCE or (
+            spot_type.kind is SpotKind.USER and spot_wide
+        )
+        self.shared_gate: ExecutionGate | None = self.gate if shared else None
+        """The gate member Actors share and turns may yield (Rule 6); ``None`` if lanes."""
+        self.timer_gate: ExecutionGate | None = self.gate if spot_wide else None
+        """The gate timer ticks take; ``None`` in a PER_ACTOR Spot, whose timers have lanes."""
+        self.members: set[Any] = set()
+        """The Actor activations that are members of this Spot (Rule 6)."""
+        self._starting = trio.CancelScope()
+        self._turns = trio.CancelScope()
+        self._closing = SpotClosingContext(SpotCloseReason.HOST_SHUTDOWN, math.inf)
+        self._drop_admitted = False
+        self._instance: Any = None
+        self._failure: ZLinkError | None = None
+        self._forward_to: NodeRid | None = None
+        """The host that won the claim of a cold activation this one lost (Rule 7)."""
+        self.closed = trio.Event()
+        self.timers = SpotTimers(spot_type, spot_id, self.run_tick)
+        self._busy = 0
+        self._idle_since = math.inf
+        self._idle_watch = trio.CancelScope()
+        # Known to shutdown from the moment it exists, even before its task first runs.
+        catalog.live.add(self)
+
+    @property
+    def kind(self) -> SpotKind:
+        """The Spot's kind."""
+        return self.spot_type.kind
+
+    @property
+    def generation(self) -> ObjectGeneration:
+        """The object generation; known once authority is claimed."""
+        if self._claim is None:
+            raise ZLinkError(ErrorKind.INVALID_OPERATION, f"{self.spot_id} is still activating")
+        return self._claim.record.generation
+
+    @property
+    def ref(self) -> SpotRef:
+        """The snapshot naming this incarnation."""
+        return SpotRef(self.spot_id, self.generation, self.node.mesh, self.node.node_rid)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the mailbox still admits messages."""
+        return self.state in (ActivationState.ACTIVATING, ActivationState.READY)
+
+    def offer(self, envelope: Envelope) -> None:
+        """Put ``envelope`` in the mailbox now: the local admission boundary (CMP-4.4);
+        ``CAPACITY_EXCEEDED`` when it is full (mailbox.py Rule 1)."""
+        if not self.accepting:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
+        self.mailbox.offer(envelope, f"Spot {self.spot_id}")
+
+    async def put(self, envelope: Envelope) -> None:
+        """Put ``envelope`` in the mailbox, waiting for room while it is full."""
+        if not self.accepting:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
+        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}"):
+            await self.mailbox.put(envelope, f"Spot {self.spot_id}")
+
+    def try_put(self, envelope: Envelope) -> bool:
+        """``put`` without waiting: ``False`` when the mailbox is full."""
+        if not self.accepting:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
+        return self.mailbox.try_put(envelope, f"Spot {self.spot_id}")
+
+    async def control_turn(self, callback: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``callback(instance)`` as a turn of this Spot's direct and lifecycle lane: Actor
+        control work (Rule 6). Raises ``NOT_FOUND`` once the Spot has no instance any more."""
+        await self.gate.acquire()
+        token = enter_turn(Turn(self.shared_gate))
+        self._turn_started()
+        try:
+            if self._instance is None or self.state is ActivationState.CLOSED:
+                raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} has closed")
+            return await callback(self._instance)
+        finally:
+            self._turn_ended()
+            leave_turn(token)
+            self.gate.release()
+
+    def begin_close(self, reason: SpotCloseReason, deadline: float, *, drain: bool) -> bool:
+        """Seal the mailbox and start closing (Rule 3); ``False`` if closing had begun."""
+        if not self.accepting:
+            return False
+        self.state = ActivationState.CLOSING
+        self._closing = SpotClosingContext(reason, deadline)
+        self._drop_admitted = not drain
+        self.mailbox.close()
+        self.timers.stop_all()
+        self._idle_watch.cancel()
+        # Lifecycle work still running at the closing deadline is cancelled (SPOT-47).
+        self._starting.deadline = deadline
+        self._turns.deadline = deadline
+        return True
+
+    async def run(
+        self,
+        request: object | None = None,
+        *,
+        task_status: trio.TaskStatus[SpotCreateResponse] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The whole life of the activation (Rule 1). Before ``task_status.started`` a failure
+        propagates to whoever started it; afterwards it is logged."""
+        try:
+            try:
+                with self._starting:
+                    response = await self._activate(request)
+                if self._starting.cancelled_caught:
+                    raise shutting_down() if not self.node.admitting else _gone(self.spot_id)
+            except ZLinkError as error:
+                self._failure = error
+                raise
+            except Exception as error:
+                self._failure = _internal(f"activation raised {type(error).__name__}")
+                raise self._failure from None
+            if not response.accepted:
+                task_status.started(response)
+                return
+            if self.state is ActivationState.ACTIVATING:
+                self.state = ActivationState.READY
+            self.catalog.activations[self.spot_id] = self
+            task_status.started(response)
+            try:
+                await self._serve()
+                await self._run_on_closing()
+            except Exception:
+                _log.exception("Spot %s failed while serving", self.spot_id)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._finish()
+
+    async def run_cold(self) -> None:
+        """``run`` for a cold-activated Instance Spot, whose activation nobody awaits: a failure
+        is logged and given to the requests waiting in its mailbox."""
+        try:
+            await self.run()
+        except ZLinkError as error:
+            _log.warning("cold activation of %s failed: %s", self.spot_id, error)
+
+    async def _activate(self, request: object | None) -> SpotCreateResponse:
+        node = self.node
+        if self._claim is None:
+            claimed = await node.authority.claim(self.spot_id, self.kind, self.spot_type.name)
+            if isinstance(claimed, Held):
+                record = claimed.record
+                if (
+                    self.kind is SpotKind.INSTANCE
+                    and self.catalog.forward is not None
+                    and record.kind is SpotKind.INSTANCE
+                    and record.type_name == self.spot_type.name
+                    and record.owner != node.node_rid
+                ):
+                    self._forward_to = record.owner
+                raise _held_error(self.spot_id, claimed, self.spot_type)
+            self._claim = claimed
+        cls: Any = self.spot_type.cls
+        response = SpotCreateResponse.accept()
+        await self.gate.acquire()
+        token = enter_turn(Turn(self.shared_gate))
+        try:
+            try:
+                instance = cls.__new__(cls)
+                instance._zl_context = self.catalog.make_context(self)
+                instance.__init__()
+            except Exception as error:
+                raise _internal(f"{cls.__qualname__}() raised {type(error).__name__}") from None
+            self._instance = instance
+            if self.kind is SpotKind.USER:
+                try:
+                    response = await instance.on_create(request)
+                except Exception as error:
+                    raise _internal(f"on_create raised {type(error).__name__}") from None
+                if not isinstance(response, SpotCreateResponse):
+                    raise _internal("on_create must return a SpotCreateResponse")
+                if not response.accepted:
+                    return response
+            try:
+                await instance.on_initialize()
+            except Exception as error:
+                raise _internal(f"on_initialize raised {type(error).__name__}") from None
+        finally:
+            leave_turn(token)
+            self.gate.release()
+        self._claim = await node.authority.mark_ready(self._claim)
+        return response
+
+    async def _serve(self) -> None:
+        with self._turns:
+            async with trio.open_nursery() as turns:
+                self._idle_since = trio.current_time()
+                self.timers.attach(turns)
+                idle_timeout = self.node.config.instance_idle_timeout
+                if self.kind is SpotKind.INSTANCE and idle_timeout is not None:
+                    turns.start_soon(self._evict_when_idle, idle_timeout)
+                await self._serve_mailbox(turns)
+
+    async def _serve_mailbox(self, turns: trio.Nursery) -> None:
+        """The gate task: run the turns of admitted messages in order until the mailbox is closed
+        and empty, or until a turn's ``yield_()`` hands serving to a new gate task (Rule 2)."""
+        handed_over = False
+
+        def hand_over() -> None:
+            nonlocal handed_over
+            handed_over = True
+            turns.start_soon(self._serve_mailbox, turns)
+
+        permits = self.node.jobs
+        async for envelope in self.mailbox.receive:
+            try:
+                if self._drop_admitted:
+                    self._fail_one(envelope, _gone(self.spot_id))
+                    continue
+                # Receiving was this message's checkpoint; a free gate is taken without another.
+                if not self.gate.try_acquire():
+                    try:
+                        await self.gate.acquire()
+                    except trio.Cancelled:
+                        self._fail_one(envelope, _gone(self.spot_id))
+                        raise
+            finally:
+                # The job leaves the queue: dropped, failed, or about to start (mailbox.py Rule 2).
+                permits.release()
+            await self._turn(envelope, hand_over)
+            if handed_over:
+                return
+
+    async def _evict_when_idle(self, idle_timeout: float) -> None:
+        with self._idle_watch:
+            while self.accepting:
+                now = trio.current_time()
+                if self._busy or self.gate.held:
+                    # A turn is running; its end moves _idle_since, so look again one timeout on.
+                    await trio.sleep_until(now + idle_timeout)
+                elif now >= self._idle_since + idle_timeout:
+                    deadline = now + self.node.config.closing_timeout
+                    self.begin_close(SpotCloseReason.IDLE_EVICTED, deadline, drain=True)
+                    return
+                else:
+                    await trio.sleep_until(self._idle_since + idle_timeout)
+
+    def _turn_started(self) -> None:
+        self._busy += 1
+
+    def _turn_ended(self) -> None:
+        self._busy -= 1
+        self._idle_since = trio.current_time()
+
+    async def run_tick(self, method: str, tick: TimerTick) -> None:
+        """The engine's ``on_tick``: run one tick as a turn under the gate, or on the timer's own
+        lane in a PER_ACTOR Spot (Rules 4 and 6)."""
+        gate = self.timer_gate
+        if gate is not None:
+            await gate.acquire()
+        token = enter_turn(Turn(self.shared_gate))
+        self._turn_started()
+        try:
+            # A tick that got the gate after closing began does not start (TIMER-14, SPOT-43).
+            if self.state is ActivationState.READY:
+                await getattr(self._instance, method)(tick)
+        finally:
+            self._turn_ended()
+            leave_turn(token)
+            if gate is not None:
+                gate.release()
+
+    async def _turn(self, envelope: Envelope, on_yield: Callable[[], None]) -> None:
+        """One message turn; the caller holds the gate, and the turn gives it back at its end."""
+        handler = envelope.handler
+        token = enter_turn(Turn(self.shared_gate, on_yield))
+        self._turn_started()
+        try:
+            method = getattr(self._instance, handler.name)
+            arguments = (
+                (envelope.message, envelope.context)
+                if handler.takes_context
+                else (envelope.message,)
+            )
+            try:
+                result = await method(*arguments)
+            except Exception as error:
+                if envelope.reply_route is None:
+                    _log.exception("packet handler %s of %s raised", handler.name, self.spot_id)
+                    return
+                result = _internal(f"request handler {handler.name} raised {type(error).__name__}")
+            except trio.Cancelled:
+                self._fail_one(envelope, _gone(self.spot_id))
+                raise
+            if envelope.reply_route is not None:
+                reply(
+                    self.node.dispatcher,
+                    envelope.reply_route,
+                    handler,
+                    result,
+                    f"Spot {self.spot_id}",
+                )
+        finally:
+            self._turn_ended()
+            leave_turn(token)
+            self.gate.release()
+
+    async def _run_on_closing(self) -> None:
+        await self.gate.acquire()
+        token = enter_turn(Turn(self.shared_gate))
+        try:
+            with trio.move_on_at(self._closing.deadline):
+                await self._instance.on_closing(self._closing)
+        except Exception:
+            _log.exception("on_closing of %s raised; closing goes on", self.spot_id)
+        finally:
+            leave_turn(token)
+            self.gate.release()
+
+    async def _finish(self) -> None:
+        self.state = ActivationState.CLOSED
+        self.catalog.live.discard(self)
+        self.mailbox.close()
+        forward = self.catalog.forward
+        if self._forward_to is not None and forward is not None:
+            self.node.activation_nursery.start_soon(
+                forward, self, self._forward_to, self.mailbox.take_all()
+            )
+        else:
+            self._fail_admitted(self._failure or _gone(self.spot_id))
+        if self._claim is not None:
+            try:
+                with trio.move_on_after(self.node.config.store_release_timeout):
+                    await self.node.authority.release(self._claim)
+            except ZLinkError as error:
+                _log.warning("could not release the record of %s: %s", self.spot_id, error)
+        # Only now does the id leave the table: until the record is released, a message for a
+        # new incarnation finds this closing one and waits for ``closed`` instead of claiming an
+        # id the store still shows as held (Rule 3).
+        if self.catalog.activations.get(self.spot_id) is self:
+            del self.catalog.activations[self.spot_id]
+        self._instance = None  # the instance does not outlive its activation (SPOT-61)
+        self.closed.set()
+
+    def _fail_admitted(self, error: ZLinkError) -> None:
+        for envelope in self.mailbox.take_all():
+            self.node.jobs.release()
+            self._fail_one(envelope, error)
+
+    def _fail_one(self, envelope: Envelope, error: ZLinkError) -> None:
+        fail_one(self.node.dispatcher, envelope, error)
+
+
+def _internal(message: str) -> ZLinkError:
+    return ZLinkError(ErrorKind.INTERNAL_FAILURE, message)
+
+
+def _gone(spot_id: SpotId) -> ZLinkError:
+    return ZLinkError(ErrorKind.UNAVAILABLE, f"Spot {spot_id} closed before handling the message")
+
+
+def _held_error(spot_id: SpotId, held: Held, wanted: SpotType) -> ZLinkError:
+    record = held.record
+    if record.kind is not wanted.kind or record.type_name != wanted.name:
+        return ZLinkError(
+            ErrorKind.TYPE_MISMATCH,
+            f"{spot_id} is held by a {record.kind.name} Spot of type {record.type_name}",
+        )
+    return ZLinkError(ErrorKind.UNAVAILABLE, f"{spot_id} is held by node {record.owner}")
