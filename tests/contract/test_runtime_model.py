@@ -609,6 +609,11 @@ class HostModel(RuleBasedStateMachine):
         if not free:
             return
         spot_id = data.draw(st.sampled_from(free))
+        current = self.actors[name]
+        if current is not None and current in self.live:
+            # The Move is a turn of the Actor in its SPOT_WIDE Spot, so it waits behind that
+            # Spot's held turns: release them first, as leave does.
+            self._release(self.live[current].holds)
         outcome = self._move(name, spot_id)
         if spot_id in self.live:
             assert ("ACCEPTED", "") == outcome
