@@ -4,6 +4,7 @@ REG-8.3)."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import attrs
@@ -193,3 +194,130 @@ def test_the_queue_limit_is_checked_with_the_config() -> None:
         with pytest.raises(zl.ConfigurationError, match="mailbox_limit"):
             zl.HostConfig(mesh="m", mailbox_limit=bad)  # type: ignore[arg-type]  # bad on purpose
     assert 2**31 - 1 == zl.HostConfig(mesh="m", mailbox_limit=2**31 - 1).mailbox_limit
+
+
+async def start_first_until_shutdown(
+    host: zl.Host, nursery: trio.Nursery, to_actor: bool, target: str
+) -> None:
+    """``start_first`` whose request may end SHUTTING_DOWN: these tests shut the host down."""
+
+    async def first() -> None:
+        call = (
+            host.route.request_to_actor(target, Work("first"), reply_type=Done)
+            if to_actor
+            else host.route.request_to_spot(target, Work("first"), reply_type=Done)
+        )
+        with contextlib.suppress(zl.ZLinkError):
+            await call.submit()
+
+    nursery.start_soon(first)
+    with trio.fail_after(5):
+        await gate.entered.wait()
+
+
+async def _waiting_send_ends(
+    store_dsn: str, to_actor: bool, end: str, **values: object
+) -> zl.ZLinkError:
+    """With the first turn blocked and the queue full, start a send that waits for room, end the
+    wait with ``end`` ("close" the target, or "shutdown" the host) and return the send's error."""
+    target = f"q-{uuid.uuid4().hex[:10]}"
+    errors: list[zl.ZLinkError] = []
+    async with zl.open_host(app, config(store_dsn, mailbox_limit=1, **values)) as host:
+        if to_actor:
+            ref: zl.ActorRef | zl.SpotRef | None = (
+                await host.actors.create(target, "queue.Player").submit()
+            ).actor_ref
+            send = host.route.send_to_actor
+        else:
+            ref = (await host.spots.get_or_create(target, "queue.Room").submit()).spot_ref
+            send = host.route.send_to_spot
+        async with trio.open_nursery() as nursery:
+            nursery.cancel_scope.deadline = trio.current_time() + 30  # a hang fails, never waits
+            await start_first_until_shutdown(host, nursery, to_actor, target)
+            await send(target, Done("queued")).submit()  # fills the queue of one
+
+            async def waiting() -> None:
+                try:
+                    await send(target, Done("waiting")).submit()
+                except zl.ZLinkError as error:
+                    errors.append(error)
+
+            nursery.start_soon(waiting)
+            await trio.testing.wait_all_tasks_blocked()
+            assert [] == errors  # still waiting for room
+            if end == "shutdown":
+                nursery.start_soon(host.shutdown)
+            elif isinstance(ref, zl.ActorRef):
+                nursery.start_soon(host.actors.destroy, ref)
+            else:
+                assert ref is not None
+                nursery.start_soon(host.spots.close, ref)
+            await trio.testing.wait_all_tasks_blocked()
+            waited = list(errors)  # what the wait ended with, before anything is released
+            gate.release.set()
+    assert 1 == len(waited), waited
+    assert "waiting" not in handled
+    return waited[0]
+
+
+@pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
+@pytest.mark.spec("CMP-7.9")
+async def test_a_send_waiting_for_room_ends_unavailable_when_its_target_closes(
+    store_dsn: str, to_actor: bool
+) -> None:
+    """A one-way send waiting for room in a full queue ends UNAVAILABLE when the Spot is closed
+    or the Actor destroyed before it was admitted, not NOT_FOUND."""
+    error = await _waiting_send_ends(store_dsn, to_actor, "close")
+    assert zl.ErrorKind.UNAVAILABLE == error.kind
+
+
+@pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
+@pytest.mark.spec("CMP-7.9")
+async def test_a_send_waiting_for_room_ends_shutting_down_with_its_host(
+    store_dsn: str, to_actor: bool
+) -> None:
+    """A one-way send waiting for room in a full queue ends SHUTTING_DOWN when its host shuts
+    down."""
+    error = await _waiting_send_ends(store_dsn, to_actor, "shutdown")
+    assert zl.ErrorKind.SHUTTING_DOWN == error.kind
+
+
+@pytest.mark.parametrize("call", ["send", "send to actor", "request"])
+@pytest.mark.spec("CMP-7.10")
+async def test_waits_for_a_job_permit_end_shutting_down_as_shutdown_begins(
+    store_dsn: str, call: str
+) -> None:
+    """With the only job permit held by a queued message behind a blocked turn, a send (to a
+    Spot or an Actor) or a request waiting for a permit ends SHUTTING_DOWN as soon as shutdown
+    begins, not when the blocked turn is cut at the closing deadline."""
+    target, player = f"q-{uuid.uuid4().hex[:10]}", f"p-{uuid.uuid4().hex[:10]}"
+    errors: list[zl.ZLinkError] = []
+    async with zl.open_host(app, config(store_dsn, app_job_queue_size=1)) as host:
+        await host.spots.get_or_create(target, "queue.Room").submit()
+        await host.actors.create(player, "queue.Player").submit()
+        async with trio.open_nursery() as nursery:
+            nursery.cancel_scope.deadline = trio.current_time() + 30  # a hang fails, never waits
+            await start_first_until_shutdown(host, nursery, False, target)
+            await host.route.send_to_spot(target, Done("queued")).submit()  # the only permit
+
+            async def waiting() -> None:
+                try:
+                    if call == "send":
+                        await host.route.send_to_spot(target, Done("waiting")).submit()
+                    elif call == "send to actor":
+                        await host.route.send_to_actor(player, Done("waiting")).submit()
+                    else:
+                        request = host.route.request_to_spot(target, Work("w"), reply_type=Done)
+                        await request.timeout(60).submit()
+                except zl.ZLinkError as error:
+                    errors.append(error)
+
+            nursery.start_soon(waiting)
+            await trio.testing.wait_all_tasks_blocked()
+            assert [] == errors  # still waiting for a permit
+            nursery.start_soon(host.shutdown)
+            await trio.testing.wait_all_tasks_blocked()
+            waited = list(errors)
+            gate.release.set()
+    assert [zl.ErrorKind.SHUTTING_DOWN] == [error.kind for error in waited]
+    assert "waiting" not in handled and "w" not in handled

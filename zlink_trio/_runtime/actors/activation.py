@@ -44,6 +44,7 @@ from zlink_trio._runtime.declarations.values import (
     ActorJoinOutcome,
     SpotActorJoinResult,
 )
+from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
 from zlink_trio._runtime.engines.mailbox import Mailbox
 from zlink_trio._runtime.node.envelope import Envelope, fail_one, reply
@@ -163,10 +164,16 @@ class ActorActivation:
         self.mailbox.offer(envelope, f"Actor {self.actor_id}")
 
     async def put(self, envelope: Envelope) -> None:
-        """Admit, waiting for room while the queue is full."""
+        """Admit, waiting for room while the queue is full; a wait that the Actor's closing ends
+        is ``UNAVAILABLE``, or ``SHUTTING_DOWN`` with its host (CMP-7.9)."""
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
-        await self.mailbox.put(envelope, f"Actor {self.actor_id}")
+        if not await self.mailbox.put(envelope):
+            if not self.node.admitting:
+                raise shutting_down()
+            raise ZLinkError(
+                ErrorKind.UNAVAILABLE, f"Actor {self.actor_id} closed before admitting the message"
+            )
 
     # --- the lane ------------------------------------------------------------------------------
 

@@ -12,6 +12,11 @@ cancel, never an error (ERR-8.1). Each Spot's and Actor's own queue also has a s
 (``HostConfig.mailbox_limit``); a request that finds it full ends at once with
 ``CAPACITY_EXCEEDED`` because this runtime owns that queue (ERR-5.10), while a one-way send waits
 for room, since a send that meets insufficient local capacity waits (CMP-5.1).
+Rule 3: a wait ends when what it waits for is gone. ``JobPermits.close()`` (host shutdown) ends
+every wait for a permit, and closing a mailbox ends every wait for room in it; each reports it
+with ``False`` and the caller names the error: ``SHUTTING_DOWN`` when its host stopped
+admitting, ``UNAVAILABLE`` when the target closed before admitting the message, never the
+``NOT_FOUND`` of a target that never existed (CMP-7.9, CMP-7.10).
 Rule 2: exactly one release per permit. Whoever takes an envelope out of a mailbox (the turn
 that starts it, the drop at closing, the failure of what was left) releases its permit once; an
 envelope that never entered a mailbox gives its permit back at once.
@@ -35,6 +40,8 @@ class JobPermits:
 
     def __init__(self, size: int) -> None:
         self._permits = trio.Semaphore(size)
+        self._waits: set[trio.CancelScope] = set()
+        self._closed = False
 
     @property
     def available(self) -> int:
@@ -49,12 +56,33 @@ class JobPermits:
             return False
         return True
 
-    async def acquire(self) -> None:
-        """Take a permit, waiting (cancellably) while none is free."""
+    async def acquire(self) -> bool:
+        """Take a permit, waiting (cancellably) while none is free: ``True`` with the permit
+        held, ``False`` without one once ``close()`` has ended the wait (Rule 3)."""
         try:
             self._permits.acquire_nowait()
         except trio.WouldBlock:
-            await self._permits.acquire()
+            pass
+        else:
+            return True
+        if self._closed:
+            return False
+        with trio.CancelScope() as wait:
+            self._waits.add(wait)
+            try:
+                await self._permits.acquire()
+            finally:
+                self._waits.discard(wait)
+            # Acquired: a close() that came after it no longer matters to this wait.
+            return True
+        return False
+
+    def close(self) -> None:
+        """End every wait for a permit, now and later (Rule 3); ``try_acquire`` still works, so
+        what is already admitted drains as before."""
+        self._closed = True
+        for wait in self._waits:
+            wait.cancel()
 
     def release(self) -> None:
         """Give one permit back (Rule 2)."""
@@ -96,18 +124,19 @@ class Mailbox(Generic[T]):
             raise ZLinkError(ErrorKind.NOT_FOUND, f"{owner} is closing") from None
         return True
 
-    async def put(self, envelope: T, owner: str) -> None:
-        """Admit ``envelope``, waiting for room while the queue is full; ``NOT_FOUND`` when it
-        is sealed before there is room."""
+    async def put(self, envelope: T) -> bool:
+        """Admit ``envelope``, waiting for room while the queue is full: ``True`` once admitted,
+        ``False`` when the queue is sealed before there is room (Rule 3)."""
         try:
             self._send.send_nowait(envelope)
         except trio.WouldBlock:
             try:
                 await self._send.send(envelope)
             except trio.ClosedResourceError:
-                raise ZLinkError(ErrorKind.NOT_FOUND, f"{owner} closed") from None
+                return False
         except trio.ClosedResourceError:
-            raise ZLinkError(ErrorKind.NOT_FOUND, f"{owner} is closing") from None
+            return False
+        return True
 
     def close(self) -> None:
         """Seal admission; what was admitted stays readable."""

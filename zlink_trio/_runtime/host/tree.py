@@ -129,6 +129,7 @@ class TaskTree:
     async def _shut_down(self, node: LocalNode) -> None:
         try:
             node.admitting = False
+            node.jobs.close()  # sends and requests waiting for a job permit end now (CMP-7.10)
             node.workers.close()
             if self.membership is not None:
                 self.membership.update(state=DRAINING)

@@ -27,7 +27,7 @@ from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.registry import Handler, SpotType
 from zlink_trio._runtime.declarations.values import MessageContext
-from zlink_trio._runtime.engines.completion import Outcome, PendingCall
+from zlink_trio._runtime.engines.completion import Outcome, PendingCall, shutting_down
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
@@ -129,8 +129,9 @@ async def job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -
     if node.jobs.try_acquire():
         return  # the hot path: no cancel scope, no checkpoint
     with trio.move_on_at(deadline):
-        await node.jobs.acquire()
-        return
+        if await node.jobs.acquire():
+            return
+        raise shutting_down()  # shutdown ended the wait (mailbox.py Rule 3)
     raise deadline_error(spot_id)
 
 

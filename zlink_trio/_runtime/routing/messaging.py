@@ -33,6 +33,7 @@ from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.registry import Handler
 from zlink_trio._runtime.declarations.values import MessageContext
+from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import current_turn
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.local import (
@@ -83,8 +84,8 @@ class Messaging:
         jobs = node.jobs
         # The hot path takes a free permit and a free mailbox slot without a coroutine or a
         # checkpoint; only a shortage waits.
-        if not jobs.try_acquire():
-            await jobs.acquire()
+        if not jobs.try_acquire() and not await jobs.acquire():
+            raise shutting_down()  # shutdown ended the wait (mailbox.py Rule 3)
         held = True
         try:
             create = local or self.remote is None
@@ -245,7 +246,8 @@ class Messaging:
                 raise ZLinkError(
                     ErrorKind.UNAVAILABLE, f"the owner of Actor {actor_id} is not live"
                 )
-        await node.jobs.acquire()
+        if not await node.jobs.acquire():
+            raise shutting_down()  # shutdown ended the wait (mailbox.py Rule 3)
         try:
             actor, handler = resolve_actor(self.actors, actor_id, type(message), HandlerKind.PACKET)
             context = actor_context(actor, actor_id, metadata)

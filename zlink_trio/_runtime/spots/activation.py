@@ -171,11 +171,18 @@ class Activation:
         self.mailbox.offer(envelope, f"Spot {self.spot_id}")
 
     async def put(self, envelope: Envelope) -> None:
-        """Put ``envelope`` in the mailbox, waiting for room while it is full."""
+        """Put ``envelope`` in the mailbox, waiting for room while it is full; a wait that the
+        Spot's closing ends is ``UNAVAILABLE``, or ``SHUTTING_DOWN`` with its host (CMP-7.9)."""
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
-        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}"):
-            await self.mailbox.put(envelope, f"Spot {self.spot_id}")
+        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}") and not (
+            await self.mailbox.put(envelope)
+        ):
+            if not self.node.admitting:
+                raise shutting_down()
+            raise ZLinkError(
+                ErrorKind.UNAVAILABLE, f"Spot {self.spot_id} closed before admitting the message"
+            )
 
     def try_put(self, envelope: Envelope) -> bool:
         """``put`` without waiting: ``False`` when the mailbox is full."""
