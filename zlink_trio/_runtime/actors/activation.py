@@ -22,7 +22,9 @@ A rejection or a failure leaves the membership as it was and is reported the sam
 the Spot the Actor is already in is accepted without any callback.
 Rule 4: closing seals first, like a Spot (activation.py Rule 3): ``begin_close`` seals the queue;
 what was admitted runs (destroy) or is dropped (host shutdown); the running turn is cancelled at
-the closing deadline; the lane then releases the Actor's store record. There is no per-Actor
+the closing deadline; the lane then releases the Actor's store record. An Actor still being
+created when shutdown begins has its creation cancelled at once (``creation``): it never becomes
+Ready, its caller gets ``SHUTTING_DOWN`` and its claim is released. There is no per-Actor
 closing callback (SPOT-49). Shutdown leaves the membership sets as they are, so a Spot's
 ``on_closing`` still sees its members.
 """
@@ -103,6 +105,8 @@ class ActorActivation:
         """A join is being decided: destroy answers UNAVAILABLE meanwhile."""
         self._drop_admitted = False
         self._turns = trio.CancelScope()
+        self.creation = trio.CancelScope()
+        """The creation of this activation (``creation.py``); shutdown cancels it (Rule 4)."""
         self.closed = trio.Event()
         catalog.live.add(self)
 
@@ -135,6 +139,10 @@ class ActorActivation:
     async def become_ready(self) -> None:
         """Record Ready in the store, join the Entry Spot and start the lane."""
         self._claim = await self.node.authority.mark_ready(self._claim)
+        if self.creation.cancel_called or not self.node.admitting:
+            # The write came back after shutdown had begun: never Ready (Rule 4); the caller
+            # abandons, which deletes the record because it is this run's.
+            raise shutting_down()
         self.state = ActorState.READY
         self.spot = self.catalog.spots.entry
         self.spot.members.add(self)
@@ -364,7 +372,12 @@ class ActorActivation:
     # --- closing -------------------------------------------------------------------------------
 
     def begin_close(self, deadline: float, *, drain: bool) -> bool:
-        """Seal the queue and start closing (Rule 4); ``False`` if closing had begun."""
+        """Seal the queue and start closing (Rule 4); ``False`` if closing had begun. An
+        activation still being created has its creation cancelled instead: its caller gets
+        ``SHUTTING_DOWN`` and the claim is released (``abandon``)."""
+        if self.state is ActorState.CREATING:
+            self.creation.cancel()
+            return False
         if self.state is not ActorState.READY:
             return False
         self.state = ActorState.CLOSING

@@ -12,6 +12,9 @@ claim and was never findable or addressable (SPOT-52). An exception in the const
 callback is a failure (``INTERNAL_FAILURE``), not a rejection.
 Rule 3: one deadline covers the whole creation, claim to Ready; when it passes the claim is
 released and the call ends with ``DEADLINE_EXCEEDED``.
+Rule 5: shutdown ends a creation in flight. The seal is checked once the claim is back, and
+shutdown cancels a creation that has an activation (``ActorActivation.creation``), so no Actor
+becomes Ready after the seal: the caller gets ``SHUTTING_DOWN`` and the claim is released.
 Rule 4: destroy takes the exact incarnation, is not a membership move (no ``on_leave_actor``) and
 needs the Actor to be back in the Entry Spot first.
 """
@@ -27,6 +30,7 @@ from zlink_trio._runtime.declarations.values import (
     ActorCreateResult,
     ActorCreateStatus,
 )
+from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.ownership.authority import Held
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, ActorRef, MeshName, SpotKind, StableTypeName
@@ -177,33 +181,38 @@ async def _create_new(
     activation = ActorActivation(actors, node.registry.actor_types[type_name], actor_id, claimed)
     ready = False
     try:
-        try:
-            instance = activation.make_instance()
-        except Exception as error:
-            raise ZLinkError(
-                ErrorKind.INTERNAL_FAILURE,
-                f"{activation.actor_type.cls.__qualname__}() raised {type(error).__name__}",
-            ) from None
-        try:
-            response = await actors.spots.entry.control_turn(
-                lambda entry: entry.on_create_actor(instance, request)
-            )
-        except ZLinkError:
-            raise
-        except Exception as error:
-            raise ZLinkError(
-                ErrorKind.INTERNAL_FAILURE, f"on_create_actor raised {type(error).__name__}"
-            ) from None
-        if not isinstance(response, ActorCreateResponse):
-            raise ZLinkError(
-                ErrorKind.INTERNAL_FAILURE, "on_create_actor must return an ActorCreateResponse"
-            )
-        if not response.accepted:
-            return ActorCreateResult(ActorCreateStatus.REJECTED, None, response.reply)
-        node.check_admitting()
-        await activation.become_ready()
-        ready = True
-        return ActorCreateResult(ActorCreateStatus.CREATED, activation.ref, response.reply)
+        # Shutdown cancels this scope (ActorActivation.begin_close): the creation ends at once
+        # with SHUTTING_DOWN, whichever step it is in, and its claim is released below.
+        with activation.creation:
+            node.check_admitting()  # the seal may have come while the claim was in flight
+            try:
+                instance = activation.make_instance()
+            except Exception as error:
+                raise ZLinkError(
+                    ErrorKind.INTERNAL_FAILURE,
+                    f"{activation.actor_type.cls.__qualname__}() raised {type(error).__name__}",
+                ) from None
+            try:
+                response = await actors.spots.entry.control_turn(
+                    lambda entry: entry.on_create_actor(instance, request)
+                )
+            except ZLinkError:
+                raise
+            except Exception as error:
+                raise ZLinkError(
+                    ErrorKind.INTERNAL_FAILURE, f"on_create_actor raised {type(error).__name__}"
+                ) from None
+            if not isinstance(response, ActorCreateResponse):
+                raise ZLinkError(
+                    ErrorKind.INTERNAL_FAILURE, "on_create_actor must return an ActorCreateResponse"
+                )
+            if not response.accepted:
+                return ActorCreateResult(ActorCreateStatus.REJECTED, None, response.reply)
+            node.check_admitting()
+            await activation.become_ready()
+            ready = True
+            return ActorCreateResult(ActorCreateStatus.CREATED, activation.ref, response.reply)
+        raise shutting_down()
     finally:
         if not ready:
             await activation.abandon()

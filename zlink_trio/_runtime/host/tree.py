@@ -153,6 +153,10 @@ class TaskTree:
                     await actor.closed.wait()
                 for activation in closing:
                     await activation.closed.wait()
+                # Creations whose claim was in flight at the seal give it back before the store
+                # closes (creation.py Rule 3 of spots and Rule 5 of actors).
+                for creating in [*self.spots.creating.values(), *self.actors.creating.values()]:
+                    await creating.wait()
             self._close_activations.set()
             await self._activations_closed.wait()
             # Peers are served no more: inbound work ends, the transport closes.

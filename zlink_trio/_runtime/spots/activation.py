@@ -285,6 +285,10 @@ class Activation:
         await self.gate.acquire()
         token = enter_turn(Turn(self.shared_gate))
         try:
+            if not node.admitting:
+                # Sealed while the claim or the gate was awaited: nothing of the Spot runs after
+                # the seal, not even its constructor (SHUT-4.6); _finish releases the claim.
+                raise shutting_down()
             try:
                 instance = cls.__new__(cls)
                 instance._zl_context = self.catalog.make_context(self)

@@ -5,6 +5,9 @@ Rule 1: one creation per id at a time. Within a host, concurrent create/get-or-c
 one id meet in ``SpotCatalog.creating``: the first runs the creation, the others wait for it and
 then look again, so exactly one activation runs the factory and ``on_create`` (SPOT-15). Across
 hosts the store's conditional claim decides (ownership/authority.py Rule 1).
+Rule 3: nothing starts after the seal. A creation whose claim comes back after shutdown has
+sealed admission gives the claim back and ends with ``SHUTTING_DOWN``; shutdown waits for the
+creations in flight (``SpotCatalog.creating``) before it closes the store.
 Rule 2: one deadline covers the whole creation: claim, constructor, ``on_create``,
 ``on_initialize`` and the Ready record (SPOT-7); when it passes the activation is cancelled, its
 claim released, and the call ends with ``DEADLINE_EXCEEDED``.
@@ -12,11 +15,13 @@ claim released, and the call ends with ``DEADLINE_EXCEEDED``.
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import trio
 
 from zlink_trio._runtime.declarations.values import SpotCreateResult, SpotCreateStatus
+from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import current_turn
 from zlink_trio._runtime.ownership.authority import Held
 from zlink_trio._runtime.spots.activation import Activation
@@ -25,6 +30,8 @@ from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import MeshName, SpotCloseReason, SpotId, SpotKind, SpotRef, StableTypeName
 
 __all__ = ["close", "create"]
+
+_log = logging.getLogger("zlink_trio.runtime.creation")
 
 
 async def create(
@@ -118,6 +125,17 @@ async def _create_new(
             raise ZLinkError(ErrorKind.ALREADY_EXISTS, f"{spot_id} exists already")
         ref = SpotRef(spot_id, record.generation, node.mesh, record.owner)
         return SpotCreateResult(SpotCreateStatus.EXISTING, ref)
+    if not node.admitting:
+        # Sealed while the claim was in flight: nothing starts after the seal (the activations
+        # nursery may be closed already), and the claim is given back (SHUT-4.6).
+        try:
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(node.config.store_release_timeout):
+                    await node.authority.release(claimed)
+        except ZLinkError as error:
+            _log.warning("could not release the record of %s: %s", spot_id, error)
+        raise shutting_down()
+    # No checkpoint between the check above and start(): the nursery is open.
     activation = Activation(spots, spot_type, spot_id, claimed)
     response = await node.activation_nursery.start(activation.run, request)
     ref = SpotRef(spot_id, claimed.record.generation, node.mesh, node.node_rid)
