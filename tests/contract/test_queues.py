@@ -320,4 +320,5 @@ async def test_waits_for_a_job_permit_end_shutting_down_as_shutdown_begins(
             waited = list(errors)
             gate.release.set()
     assert [zl.ErrorKind.SHUTTING_DOWN] == [error.kind for error in waited]
-    assert "waiting" not in handled and "w" not in handled
+    assert "waiting" not in handled
+    assert "w" not in handled
