@@ -271,6 +271,39 @@ async def test_a_stopped_owner_ends_calls_instead_of_hanging(store_dsn: str) -> 
         assert caught.value.kind in (zl.ErrorKind.NOT_FOUND, zl.ErrorKind.UNAVAILABLE)
 
 
+@pytest.mark.spec("ROUTE-10")
+async def test_a_caller_whose_owner_shuts_down_sees_unavailable(store_dsn: str) -> None:
+    """A request held at the owner when the owner host shuts down ends UNAVAILABLE for the
+    caller, whose own host runs on, not SHUTTING_DOWN."""
+    Holding.entered, Holding.release = trio.Event(), trio.Event()
+    room = fresh("room")
+    outcome: list[zl.ErrorKind] = []
+    ended = trio.Event()
+    async with two_hosts(store_dsn) as (first, second):
+        await second.spots.get_or_create(room, "global.Room").submit()
+
+        async def call() -> None:
+            try:
+                request = first.route.request_to_spot(room, Hold(), reply_type=Answer)
+                await request.timeout(60).submit()
+            except zl.ZLinkError as error:
+                outcome.append(error.kind)
+            finally:
+                ended.set()
+
+        async with trio.open_nursery() as nursery:
+            try:
+                nursery.start_soon(call)
+                with trio.fail_after(15):
+                    await Holding.entered.wait()
+                nursery.start_soon(second.shutdown)
+                with trio.fail_after(15):  # a hang guard: shutdown settles the call at once
+                    await ended.wait()
+            finally:
+                Holding.release.set()
+    assert [zl.ErrorKind.UNAVAILABLE] == outcome
+
+
 @pytest.mark.spec("ROUTE-8", "SPOT-27")
 async def test_a_cold_activation_raced_from_two_hosts_answers_every_caller(store_dsn: str) -> None:
     """Both hosts activate one Instance Spot id cold at the same instant: one wins the claim,

@@ -15,7 +15,9 @@ transport has ended the call with ``DEADLINE_EXCEEDED`` by then. Everything else
 target, no free permit, a closing incarnation to wait for) runs as a local request in a task of
 its own, in the nursery ``run`` keeps open while the host serves peers.
 Rule 3: a full queue here is the owner's resource for the caller, so a caller on another host
-sees ``UNAVAILABLE``, never ``CAPACITY_EXCEEDED`` (ERR-5.11).
+sees ``UNAVAILABLE``, never ``CAPACITY_EXCEEDED`` (ERR-5.11); and this host's shutdown is, for
+a caller whose own host runs on, an owner that went away: ``UNAVAILABLE``, never
+``SHUTTING_DOWN`` (ROUTE-10).
 """
 
 from __future__ import annotations
@@ -227,6 +229,10 @@ def _for_caller(error: ZLinkError) -> ZLinkError:
         # This host's queue is full: for the caller that is a resource another runtime owns, so
         # it sees UNAVAILABLE, never CAPACITY_EXCEEDED (ERR-5.11).
         return ZLinkError(ErrorKind.UNAVAILABLE, f"the owner's queue is full: {error}")
+    if error.kind is ErrorKind.SHUTTING_DOWN:
+        # This host is shutting down, not the caller's: for the caller the owner went away,
+        # which is UNAVAILABLE (seed 003 §5; ROUTE-10).
+        return ZLinkError(ErrorKind.UNAVAILABLE, f"the owner is shutting down: {error}")
     return error
 
 

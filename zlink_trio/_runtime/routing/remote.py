@@ -210,6 +210,13 @@ class Remote:
                 metadata=tuple(metadata.items()),
             )
         except ZLinkError as error:
+            if error.kind is ErrorKind.SHUTTING_DOWN and not self._settled:
+                # Not this host's shutdown (that settles through settle_all): the owner's. For
+                # a caller whose host runs on, the owner went away (ROUTE-10).
+                self.forget(target)
+                raise ZLinkError(
+                    ErrorKind.UNAVAILABLE, f"the owner of {target} is shutting down"
+                ) from None
             if error.kind in (ErrorKind.NOT_FOUND, ErrorKind.UNAVAILABLE):
                 self.forget(target)
             raise
