@@ -315,6 +315,31 @@ async def test_submit_sync_inside_a_trio_task_is_invalid_at_once(store_dsn: str)
         assert ["kept"] == [text for text, _ in gates.seen]
 
 
+@pytest.mark.spec("CMP-2.6")
+async def test_submit_sync_inside_a_cpu_worker_callback_is_invalid_at_once(store_dsn: str) -> None:
+    """submit_sync() from a CPU worker callback's thread, a runtime execution context without a
+    Trio task, raises INVALID_OPERATION without submitting; the call object stays usable."""
+    global gates
+    gates = Gates()
+    async with zl.open_host(app, config(store_dsn)) as host:
+        await started(store_dsn, host)
+        call = host.route.send_to_spot("echo", Say("kept"))
+
+        def callback() -> zl.ErrorKind | None:
+            try:
+                call.submit_sync()
+            except zl.ZLinkError as error:
+                return error.kind
+            return None
+
+        with trio.fail_after(10):  # a hang guard
+            kind = await host.workers.run_cpu_worker(callback).submit()
+        assert zl.ErrorKind.INVALID_OPERATION == kind
+        await call.submit()
+        await host.route.request_to_spot("echo", Ask("sync"), reply_type=Answer).submit()
+        assert ["kept"] == [text for text, _ in gates.seen]
+
+
 @pytest.mark.spec("CMP-2.5", "CMP-4.8", "DEC-3")
 async def test_submit_sync_from_an_application_thread_blocks_until_the_reply(
     store_dsn: str,

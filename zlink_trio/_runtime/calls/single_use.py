@@ -5,9 +5,10 @@ Rule 1: options and terminals are checked before anything is submitted. Options 
 nothing (API-10); a repeated option, an option after a terminal, or a second terminal raises
 ``ZLinkError(INVALID_OPERATION)`` and submits nothing (API-8, API-9).
 Rule 2: ``submit()`` is a coroutine function, so an un-awaited call submits nothing (CMP-2.3).
-Rule 3: ``submit_sync()`` is for application threads: from any thread running a Trio loop it
-raises ``INVALID_OPERATION`` at once (CMP-2.6); elsewhere it runs the call on the host's loop
-through the host's Trio token and blocks only its own thread (CMP-4.8).
+Rule 3: ``submit_sync()`` is for application threads: from any thread running a Trio loop, and
+from a CPU worker callback's thread, it raises ``INVALID_OPERATION`` at once (CMP-2.6);
+elsewhere it runs the call on the host's loop through the host's Trio token and blocks only its
+own thread (CMP-4.8).
 Rule 4: ``yield_()`` exists only where seed 000 allows it (requests and creates, SPOT-77) and
 only inside a Spot turn that has a gate; elsewhere it raises ``INVALID_OPERATION`` before
 submitting or touching a gate (SPOT-78). It gives the gate back while it waits (CMP-2.7).
@@ -21,6 +22,7 @@ from typing import TypeVar
 import trio
 
 from zlink_trio._runtime.engines.gate import current_turn
+from zlink_trio._runtime.engines.workers import in_cpu_worker
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -63,6 +65,11 @@ class SingleUse:
             pass  # not inside a Trio loop: an application thread, as submit_sync() requires
         else:
             raise invalid("submit_sync() cannot run inside a Trio task; use await submit()")
+        if in_cpu_worker():
+            raise invalid(
+                "submit_sync() cannot run inside a CPU worker callback: return what it needs "
+                "and make the call from the turn that awaits the worker"
+            )
         self._terminal()
         try:
             return trio.from_thread.run(run, trio_token=self._node.token)

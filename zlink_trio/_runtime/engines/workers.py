@@ -6,12 +6,18 @@ its deadline, ``INTERNAL_FAILURE`` when the work raises, ``SHUTTING_DOWN`` once 
 ``trio.Cancelled`` when its caller is cancelled. It does not own call objects, turns or
 ``yield_()``: the host's call layer awaits :meth:`WorkerScheduler.run_cpu` or
 :meth:`WorkerScheduler.run_io` inside whatever turn (or released gate) the terminal chose.
+
+A CPU callback's thread is marked while the callback runs (``in_cpu_worker``), because it is a
+runtime execution context although no Trio task runs in it: ``submit_sync()`` is refused there
+(seed 002 §4 F2-a; CMP-2.6), like in any Trio task.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, TypeVarTuple
 
@@ -19,7 +25,7 @@ import trio
 
 from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["MAX_CPU_SLOTS", "WorkerScheduler"]
+__all__ = ["MAX_CPU_SLOTS", "WorkerScheduler", "in_cpu_worker"]
 
 MAX_CPU_SLOTS = 1024
 """Most CPU slots a host may have: each is an OS thread, and a CPU-bound pool of more than a
@@ -27,6 +33,23 @@ thousand threads on one host is a configuration mistake, not a workload."""
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+
+_cpu_worker = threading.local()
+
+
+def in_cpu_worker() -> bool:
+    """Whether the calling thread is running a CPU worker callback now."""
+    return bool(getattr(_cpu_worker, "running", False))
+
+
+def _marked(fn: Callable[[], T]) -> T:
+    """Run ``fn`` with its thread marked as a CPU worker callback (module docstring)."""
+    _cpu_worker.running = True
+    try:
+        return fn()
+    finally:
+        _cpu_worker.running = False
+
 
 # Theory of operation
 # -------------------
@@ -112,7 +135,10 @@ class WorkerScheduler:
         with trio.move_on_at(_until(deadline)) as scope:
             try:
                 return await trio.to_thread.run_sync(
-                    fn, *args, abandon_on_cancel=True, limiter=self._limiter
+                    _marked,
+                    functools.partial(fn, *args),
+                    abandon_on_cancel=True,
+                    limiter=self._limiter,
                 )
             except Exception as error:
                 raise _internal_failure(error) from error
