@@ -4,9 +4,11 @@ multi-process proofs are in tests/e2e/)."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import ClassVar
 
 import attrs
@@ -16,6 +18,7 @@ import trio
 
 import zlink_trio as zl
 from zlink_trio._integration.store import Batch, IfMissing, Put, StoreConfig, open_stores
+from zlink_trio._runtime.ownership.node_record import NodeRecord
 
 app = zl.Application()
 seen: list[tuple[str, str]] = []
@@ -302,6 +305,58 @@ async def test_a_caller_whose_owner_shuts_down_sees_unavailable(store_dsn: str) 
             finally:
                 Holding.release.set()
     assert [zl.ErrorKind.UNAVAILABLE] == outcome
+
+
+def _unused_tcp_endpoint() -> str:
+    """A tcp endpoint on 127.0.0.1 where nothing listens (the port was free a moment ago)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"tcp://127.0.0.1:{port}"
+
+
+@pytest.mark.spec("ROUTE-11")
+async def test_a_request_that_times_out_waiting_for_a_route_is_deadline_exceeded(
+    store_dsn: str,
+) -> None:
+    """The owner's node record is live but its endpoints answer nothing, so the route never
+    comes up: a request with a short timeout ends DEADLINE_EXCEEDED, not UNAVAILABLE."""
+    room = fresh("room")
+    config = zl.HostConfig(mesh=f"g-{uuid.uuid4().hex[:8]}", store_dsn=store_dsn)
+    owner = NodeRecord(
+        zl.NodeRid(f"node-{uuid.uuid4().hex}"),
+        zl.NodeGeneration.new(),
+        application_endpoint=_unused_tcp_endpoint(),
+        completion_endpoint=_unused_tcp_endpoint(),
+    )
+    prefix = f"m/{config.mesh}/"
+    record = {
+        "owner": owner.rid.value,
+        "owner_generation": owner.generation.value,
+        "generation": 1,
+        "kind": int(zl.SpotKind.USER),
+        "type": "global.Room",
+        "state": "ready",
+    }
+    async with open_stores(StoreConfig(dsn=store_dsn)) as stores:
+        written = await stores.location.write(
+            Batch(
+                [IfMissing(prefix + f"node/{owner.rid.value}"), IfMissing(prefix + f"spot/{room}")],
+                [
+                    Put(
+                        prefix + f"node/{owner.rid.value}",
+                        owner.encode(),
+                        retention=timedelta(seconds=120),
+                    ),
+                    Put(prefix + f"spot/{room}", cbor2.dumps(record)),
+                ],
+            )
+        )
+        assert written is not None
+    async with zl.open_host(app, config) as host:
+        with trio.fail_after(15), pytest.raises(zl.ZLinkError) as caught:  # a hang guard
+            await host.route.request_to_spot(room, Ask("x"), reply_type=Answer).timeout(1).submit()
+        assert zl.ErrorKind.DEADLINE_EXCEEDED == caught.value.kind
 
 
 @pytest.mark.spec("ROUTE-8", "SPOT-27")

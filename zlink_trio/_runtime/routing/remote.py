@@ -146,7 +146,12 @@ class Remote:
             if self._settled:  # settle_all woke it (Rule 6)
                 raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
             if mesh.is_up(owner) is None and trio.current_time() >= deadline:
-                raise ZLinkError(ErrorKind.UNAVAILABLE, f"no route to {owner}")
+                # The request's own deadline ran out while the route was still coming up: that
+                # is its timeout, not a lost route (ROUTE-11).
+                raise ZLinkError(
+                    ErrorKind.DEADLINE_EXCEEDED,
+                    f"the request timed out waiting for a route to {owner}",
+                )
         return mesh
 
     def _mesh(self) -> RouteMesh:
