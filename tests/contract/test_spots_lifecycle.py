@@ -8,6 +8,7 @@ import uuid
 import attrs
 import pytest
 import trio
+import trio.testing
 
 import zlink_trio as zl
 
@@ -45,6 +46,13 @@ class Lines:
     lines: list[str]
 
 
+class Gated:
+    """Holds an ``on_create`` whose request title is ``gated`` until the test releases it."""
+
+    entered = trio.Event()
+    release = trio.Event()
+
+
 @app.user_spot("lifecycle.Room")
 class Room(zl.Spot):
     def __init__(self) -> None:
@@ -60,6 +68,9 @@ class Room(zl.Spot):
                 raise RuntimeError("secret detail")
             if request.title == "slow":
                 await trio.sleep_forever()
+            if request.title == "gated":
+                Gated.entered.set()
+                await Gated.release.wait()
             return zl.SpotCreateResponse.accept(RoomCreated(request.title))
         return zl.SpotCreateResponse.accept()
 
@@ -271,3 +282,48 @@ async def test_messages_admitted_before_close_still_run(store_dsn: str) -> None:
     notes = [what for what in of("room-d") if what.startswith("note:")]
     assert ["note:0", "note:1", "note:2", "note:3", "note:4"] == notes
     assert "on_closing:EXPLICIT_CLOSE" == of("room-d")[-1]
+
+
+@pytest.mark.spec("SPOT-90")
+async def test_calls_to_a_spot_still_being_created_wait_for_it(store_dsn: str) -> None:
+    """A send and a request to an id whose creation is still in on_create wait (neither ends
+    NOT_FOUND) and reach the Spot once it is Ready."""
+    Gated.entered, Gated.release = trio.Event(), trio.Event()
+    spot_id = f"room-{uuid.uuid4().hex[:10]}"
+    outcomes: list[tuple[str, object]] = []
+    async with zl.open_host(app, config(store_dsn)) as host:
+
+        async def create() -> None:
+            call = host.spots.get_or_create(spot_id, "lifecycle.Room").request(CreateRoom("gated"))
+            outcomes.append(("create", (await call.timeout(30).submit()).status))
+
+        async def call(what: str) -> None:
+            try:
+                if what == "send":
+                    await host.route.send_to_spot(spot_id, Note("early")).submit()
+                    outcomes.append(("send", "admitted"))
+                else:
+                    request = host.route.request_to_spot(spot_id, Read(), reply_type=Lines)
+                    outcomes.append(("read", type(await request.timeout(30).submit())))
+            except zl.ZLinkError as error:
+                outcomes.append((what, error.kind))
+
+        async with trio.open_nursery() as nursery:
+            try:
+                nursery.start_soon(create)
+                with trio.fail_after(10):
+                    await Gated.entered.wait()
+                nursery.start_soon(call, "send")
+                nursery.start_soon(call, "read")
+                await trio.testing.wait_all_tasks_blocked()
+                assert [] == outcomes  # both wait for the creation's outcome
+            finally:
+                Gated.release.set()
+        with trio.fail_after(10):
+            while "note:early" not in of(spot_id):
+                await trio.testing.wait_all_tasks_blocked()
+    assert {
+        ("create", zl.SpotCreateStatus.CREATED),
+        ("send", "admitted"),
+        ("read", Lines),
+    } == set(outcomes)

@@ -61,9 +61,11 @@ def resolve_spot(
     kind: HandlerKind,
     instance: InstanceChoice | None,
     create: bool,
-) -> tuple[Activation, Handler] | Activation | None:
-    """The local target and its handler; or the closing incarnation to wait for; or ``None``
-    when nothing here holds the id and ``create`` is false (the caller looks at the store).
+) -> tuple[Activation, Handler] | Activation | trio.Event | None:
+    """The local target and its handler; or the closing incarnation to wait for; or the event
+    of a User Spot creation of this host still running for the id, to wait for before looking
+    again (SPOT-90); or ``None`` when nothing here holds the id and ``create`` is false (the
+    caller looks at the store).
     With ``create`` a missing id is activated cold here when ``instance_spot()`` asks for it,
     else ``NOT_FOUND`` (Rule 1)."""
     node = spots.node
@@ -84,6 +86,10 @@ def resolve_spot(
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {spot_id} is closing")
         # A closing incarnation still holds the id: activate the next one after it.
         return current
+    creating = spots.creating.get(spot_id)
+    if creating is not None:
+        # Claimed here, not Ready yet: the call waits for the creation's outcome (SPOT-90).
+        return creating
     if not create:
         return None
     if instance is None:

@@ -19,6 +19,9 @@ Rule 5: ``Messaging`` is where a call chooses local or remote. It holds the host
 catalogs and, once peers are served, its ``Remote``; what happens on this host is ``local.py``,
 what happens on the wire is ``remote.py``, and inbound work from peers (``inbound.py``) calls
 back in here with ``local=True`` so it is never forwarded again.
+Rule 6: a User Spot that this host is creating (claimed, not Ready yet) is waited for, a send
+without a bound and a request within its deadline, and the call then goes to the new Spot or,
+if the creation did not make one, ends ``NOT_FOUND`` (SPOT-90).
 """
 
 from __future__ import annotations
@@ -207,6 +210,12 @@ class Messaging:
                     await found.closed.wait()
                     continue
                 raise deadline_error(spot_id)
+            if isinstance(found, trio.Event):
+                # A User Spot of this host being created: wait for its outcome (SPOT-90).
+                with trio.move_on_at(deadline):
+                    await found.wait()
+                    continue
+                raise deadline_error(spot_id)
             remote = self.remote
             # resolve_spot returns None only for a call of this host that may go remote.
             assert remote is not None
@@ -220,7 +229,7 @@ class Messaging:
             created = resolve_spot(spots, spot_id, message_type, kind, instance, True)
             if isinstance(created, tuple):
                 return created
-            if isinstance(created, Activation):
+            if isinstance(created, Activation | trio.Event):
                 continue
             raise ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {spot_id}")
 
