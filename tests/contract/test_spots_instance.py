@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from zlink_trio._runtime.ownership.authority import Claim, SpotAuthority
 
 app = zl.Application()
 log: list[tuple[str, str]] = []
@@ -383,3 +384,33 @@ async def test_no_handler_runs_before_on_initialize_or_after_on_closing(store_ds
         assert zl.ErrorKind.NOT_FOUND == caught.value.kind
     gc.collect()
     assert [None] == [ref() for ref in gate.instances]
+
+
+@pytest.mark.spec("SPOT-91")
+async def test_a_ready_write_with_a_lost_answer_leaves_no_record_behind(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Ready write of a cold activation commits but its answer is lost (an injected fault):
+    the activation fails, reads the record back and deletes it, so the next message to the id
+    activates it again instead of finding it held by this host for good."""
+    spot_id = f"lost-{uuid.uuid4().hex[:10]}"
+    real = SpotAuthority.mark_ready
+    lost: list[str] = []
+
+    async def answer_lost(self: SpotAuthority, claim: Claim) -> Claim:
+        written = await real(self, claim)
+        if claim.spot_id.value == spot_id and not lost:
+            lost.append(spot_id)
+            raise zl.ZLinkError(zl.ErrorKind.UNAVAILABLE, "the store's answer was lost")
+        return written
+
+    monkeypatch.setattr(SpotAuthority, "mark_ready", answer_lost)
+    async with zl.open_host(app, config(store_dsn)) as host:
+        ask = host.route.request_to_spot(spot_id, Ask("generation"), reply_type=Answer)
+        with pytest.raises(zl.ZLinkError) as caught:
+            await ask.instance_spot("inst.Counter").timeout(10).submit()
+        assert [spot_id] == lost
+        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+        again = host.route.request_to_spot(spot_id, Ask("generation"), reply_type=Answer)
+        reply = await again.instance_spot("inst.Counter").timeout(10).submit()
+        assert "2" == reply.text  # a new incarnation; generations only grow

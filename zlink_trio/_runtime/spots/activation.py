@@ -49,6 +49,10 @@ admitted are handed, in admission order, to the winner over the wire (a request'
 waits on its own entry and gets the winner's answer), so no caller sees the race (ROUTE-8). The
 hand-over itself is routing's (``SpotCatalog.forward``, routing/forward.py); this module only
 decides that it happens.
+Rule 8: an unknown outcome is settled by reading. A claim or Ready write that raised or was
+cancelled may have committed (DEC-17); the activation then releases its record by reading it
+and deleting it if this run wrote it (``forget_if_ours``), never by the version it last knew,
+so no phantom record is left to make the id unavailable for the rest of the host's run.
 Rule 5: idle eviction. With ``instance_idle_timeout`` set, an Instance Spot's turns nursery also
 runs a watcher that starts an ``IDLE_EVICTED`` close once no turn (message or tick) has run or
 held the gate for that long (SPOT-50). The close drains like an explicit one, so a message
@@ -131,6 +135,8 @@ class Activation:
         self._drop_admitted = False
         self._instance: Any = None
         self._failure: ZLinkError | None = None
+        self._unsettled = False
+        """A write of this incarnation's record had an unknown outcome (Rule 8)."""
         self._forward_to: NodeRid | None = None
         """The host that won the claim of a cold activation this one lost (Rule 7)."""
         self.closed = trio.Event()
@@ -267,7 +273,11 @@ class Activation:
     async def _activate(self, request: object | None) -> SpotCreateResponse:
         node = self.node
         if self._claim is None:
-            claimed = await node.authority.claim(self.spot_id, self.kind, self.spot_type.name)
+            try:
+                claimed = await node.authority.claim(self.spot_id, self.kind, self.spot_type.name)
+            except BaseException:
+                self._unsettled = True  # the claim may have committed (Rule 8)
+                raise
             if isinstance(claimed, Held):
                 record = claimed.record
                 if (
@@ -312,7 +322,11 @@ class Activation:
         finally:
             leave_turn(token)
             self.gate.release()
-        self._claim = await node.authority.mark_ready(self._claim)
+        try:
+            self._claim = await node.authority.mark_ready(self._claim)
+        except BaseException:
+            self._unsettled = True  # the Ready record may have committed (Rule 8)
+            raise
         return response
 
     async def _serve(self) -> None:
@@ -452,12 +466,11 @@ class Activation:
             )
         else:
             self._fail_admitted(self._failure or _gone(self.spot_id))
-        if self._claim is not None:
-            try:
-                with trio.move_on_after(self.node.config.store_release_timeout):
-                    await self.node.authority.release(self._claim)
-            except ZLinkError as error:
-                _log.warning("could not release the record of %s: %s", self.spot_id, error)
+        try:
+            with trio.move_on_after(self.node.config.store_release_timeout):
+                await self._release_record()
+        except ZLinkError as error:
+            _log.warning("could not release the record of %s: %s", self.spot_id, error)
         # Only now does the id leave the table: until the record is released, a message for a
         # new incarnation finds this closing one and waits for ``closed`` instead of claiming an
         # id the store still shows as held (Rule 3).
@@ -465,6 +478,18 @@ class Activation:
             del self.catalog.activations[self.spot_id]
         self._instance = None  # the instance does not outlive its activation (SPOT-61)
         self.closed.set()
+
+    async def _release_record(self) -> None:
+        """Delete this incarnation's store record (Rule 8): by the version it holds, or, after a
+        write whose outcome is unknown, by reading the record and deleting it if this run wrote
+        it."""
+        authority = self.node.authority
+        if self._claim is not None and not self._unsettled:
+            if await authority.release(self._claim):
+                return
+        elif self._claim is None and not self._unsettled:
+            return  # never claimed: nothing of ours can be in the store
+        await authority.forget_if_ours(self.spot_id)
 
     def _fail_admitted(self, error: ZLinkError) -> None:
         for envelope in self.mailbox.take_all():
