@@ -176,3 +176,48 @@ async def test_removing_a_peer_ends_its_waiting_sends_and_requests_unavailable()
             held.hold.set()
             a.add_peer(b.address)
             await a.send(B, numbered(1))
+
+
+@pytest.mark.spec("TRN-25")
+async def test_end_sends_ends_a_send_waiting_at_the_hwm_and_the_mesh_goes_on() -> None:
+    """A send waiting at the HWM (shielded from its caller) ends with the error given to
+    end_sends; a later send that would wait ends at once; replies and requests still flow."""
+    meshes: list[RouteMesh] = []
+    async with (
+        node("a", echo(lambda: meshes[0]), send_hwm=1) as (a, _),
+        node("b", receive_hwm=1) as (b, held),
+    ):
+        meshes.append(a)
+        await connect(a, b)
+        held.hold = trio.Event()
+        sent: list[int] = []
+        errors: list[ZLinkError] = []
+        ended = trio.Event()
+
+        async def sender() -> None:
+            try:
+                await fill(a, B, sent)
+            except ZLinkError as error:
+                errors.append(error)
+            finally:
+                ended.set()
+
+        async with trio.open_nursery() as nursery:
+            try:
+                nursery.start_soon(sender)
+                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                assert 1 == a.waiting_sends(B)
+                a.end_sends(ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down"))
+                # A hang guard: the shielded wait ignores cancellation, so a wait that did not
+                # end is released below (b reads again) and the assertions report it.
+                with trio.move_on_after(10):
+                    await ended.wait()
+                assert [ErrorKind.SHUTTING_DOWN] == [error.kind for error in errors]
+                assert 0 == a.waiting_sends(B)
+                with trio.fail_after(10), pytest.raises(ZLinkError) as caught:
+                    await fill(a, B, sent, len(sent) + MANY)  # the HWM again: no new wait
+                assert ErrorKind.SHUTTING_DOWN == caught.value.kind
+                with trio.fail_after(10):
+                    assert b"still" == (await ask(b, "a", b"still")).payload  # replies flow
+            finally:
+                held.hold.set()

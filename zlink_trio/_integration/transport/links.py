@@ -76,6 +76,7 @@ class MeshSockets:
         self._identity = routing_identity(config.node_rid, config.generation)
         self._links: dict[NodeRid, PeerLinks] = {}
         self._nursery: trio.Nursery | None = None
+        self._waits_ended: tuple[ErrorKind, str] | None = None
         self._application = self._bind(config.application_bind, config.receive_hwm)
         try:
             self._completion = self._bind(config.completion_bind, 0)
@@ -135,6 +136,13 @@ class MeshSockets:
             return False
         links.close(_UNAVAILABLE, message, self._config.linger)
         return True
+
+    def end_application_waits(self, kind: ErrorKind, message: str) -> None:
+        """End every wait for capacity on an application link, now and on links made later
+        (TRN-25); the links stay open, so replies and what still finds room go on."""
+        self._waits_ended = (kind, message)
+        for links in self._links.values():
+            links.application.end_waits(kind, message)
 
     def close_links(self, kind: ErrorKind, message: str) -> None:
         """Close every peer's links and forget them; what was admitted may leave for
@@ -198,4 +206,6 @@ class MeshSockets:
                 raise ZLinkError(ErrorKind.INTERNAL_FAILURE, f"could not greet {address.node_rid}")
             self._nursery.start_soon(link.run_owner)
             links.append(link)
+        if self._waits_ended is not None:
+            links[0].end_waits(*self._waits_ended)
         return PeerLinks(address, links[0], links[1])

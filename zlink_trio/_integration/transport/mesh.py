@@ -275,6 +275,12 @@ class RouteMesh:
         sent); sends, replies and new requests go on until :meth:`close`. Returns how many."""
         return self._pending.fail(error)
 
+    def end_sends(self, error: ZLinkError) -> None:
+        """End every send waiting at a peer's high-water mark with ``error``, and every later
+        one that would wait (its host shuts down and sends nothing new, TRN-25); sends that find
+        room, replies and the serving of peers go on until :meth:`close`."""
+        self._sockets.end_application_waits(error.kind, error.message)
+
     def close(self) -> None:
         """Stop sending and serving (idempotent); everything waiting ends SHUTTING_DOWN (TRN-23)."""
         if self._closed:

@@ -145,7 +145,16 @@ class OutboundLink:
     nothing more is sent through the socket.
     """
 
-    __slots__ = ("_closed", "_fd", "_owner_idle", "_scope", "_socket", "_waiters", "_watching")
+    __slots__ = (
+        "_closed",
+        "_ended",
+        "_fd",
+        "_owner_idle",
+        "_scope",
+        "_socket",
+        "_waiters",
+        "_watching",
+    )
 
     def __init__(self, socket: zmq.Socket[bytes]) -> None:
         self._socket = socket
@@ -156,6 +165,7 @@ class OutboundLink:
         self._owner_idle = trio.lowlevel.ParkingLot()
         self._watching = False
         self._closed: tuple[ErrorKind, str] | None = None
+        self._ended: tuple[ErrorKind, str] | None = None
         self._scope = trio.CancelScope()
 
     @property
@@ -190,6 +200,8 @@ class OutboundLink:
         """
         if self._closed is not None:
             raise ZLinkError(*self._closed)
+        if self._ended is not None:
+            raise ZLinkError(*self._ended)
         self._owner_idle.unpark_all()
         task = trio.lowlevel.current_task()
         self._waiters[task] = None
@@ -201,6 +213,8 @@ class OutboundLink:
         await trio.lowlevel.wait_task_rescheduled(abort)
         if self._closed is not None:
             raise ZLinkError(*self._closed)
+        if self._ended is not None:
+            raise ZLinkError(*self._ended)
 
     async def run_owner(self) -> None:
         """The link's owner task: watches the FD while senders wait; ends when the link closes."""
@@ -228,6 +242,12 @@ class OutboundLink:
         self._waiters.clear()
         for task in waiters:
             trio.lowlevel.reschedule(task)
+
+    def end_waits(self, kind: ErrorKind, message: str) -> None:
+        """End every wait for capacity, now and later, with ``ZLinkError(kind, message)``; the
+        socket stays open and a send that finds room still goes (its host shuts down, TRN-25)."""
+        self._ended = (kind, message)
+        self._unpark_all()
 
     def close(self, kind: ErrorKind, message: str, linger: float) -> None:
         """Close the socket (idempotent): waiting senders raise ``ZLinkError(kind, message)``.

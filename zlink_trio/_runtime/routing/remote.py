@@ -241,7 +241,12 @@ class Remote:
         for event in waiters:
             event.set()  # every call waiting for its route ends SHUTTING_DOWN
         if self.mesh is not None:
-            self.mesh.end_requests(ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down"))
+            ending = ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
+            self.mesh.end_requests(ending)
+            # A send waiting at a peer's high-water mark is shielded from its caller; only the
+            # transport can end it, and it must end now, not when the transport closes after
+            # every activation (whose turn may be that sender) has closed (TRN-25).
+            self.mesh.end_sends(ending)
 
     # --- the tasks ------------------------------------------------------------------------------
 
