@@ -1,6 +1,10 @@
 """One live Actor on this host: its queue, lane, membership and deferred joins (specs/actors.md;
 specs/spots.md SPOT-51..SPOT-55, SPOT-59, SPOT-67, SPOT-69, SPOT-71..SPOT-73).
 
+Longer than 400 lines: one state machine (creating, ready, closing, closed) and the lane that
+serves it; the FIFO claim (Rule 1), the deferred joins that run between turns (Rule 3) and the
+seal before closing (Rule 4) are invariants over the same fields, read together.
+
 Theory of operation.
 
 Rule 1: the lane is the FIFO claim. Each Actor has one lane task that takes its queued messages
