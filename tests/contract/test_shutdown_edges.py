@@ -1,5 +1,5 @@
-"""Creations and activations in flight when a host shuts down (specs/shutdown.md SHUT-4.12,
-SHUT-4.13, SHUT-4.14)."""
+"""Creations and activations in flight when a host shuts down, and the records it leaves
+(specs/shutdown.md SHUT-4.12..SHUT-4.15)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,17 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
-from zlink_trio._integration.store import Found, Missing, StoreConfig, open_stores
+from zlink_trio._integration.store import (
+    Applied,
+    Batch,
+    Conflict,
+    Delete,
+    Found,
+    LocationStore,
+    Missing,
+    StoreConfig,
+    open_stores,
+)
 
 app = zl.Application()
 constructed: list[str] = []
@@ -162,3 +172,36 @@ async def test_a_get_or_create_in_flight_ends_shutting_down_and_gives_its_claim_
     assert spot_id not in constructed
     key = f"m/{host_config.mesh_name.value}/spot/{spot_id}"
     assert isinstance(await stored(store_dsn, key), Missing)
+
+
+@pytest.mark.spec("SHUT-4.15")
+async def test_shutdown_releases_its_records_in_a_few_batches_and_leaves_none(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host with 200 Spots releases their records at shutdown in a few conditional batches
+    (not one store commit each), and none of the records is left in the store."""
+    count = 200
+    host_config = config(store_dsn)
+    prefix = f"m/{host_config.mesh_name.value}/spot/"
+    deleting: list[int] = []
+    real_write = LocationStore.write
+
+    async def counting_write(self: LocationStore, batch: Batch) -> Applied | Conflict:
+        spots = [m for m in batch.mutations if isinstance(m, Delete) and m.key.startswith(prefix)]
+        if spots:
+            deleting.append(len(spots))
+        return await real_write(self, batch)
+
+    ids = [f"many-{number}-{uuid.uuid4().hex[:8]}" for number in range(count)]
+    async with zl.open_host(app, host_config) as host:
+        async with trio.open_nursery() as nursery:
+            for spot_id in ids:
+                nursery.start_soon(host.spots.get_or_create(spot_id, "edge.Room").submit)
+        monkeypatch.setattr(LocationStore, "write", counting_write)
+        await host.shutdown()
+    monkeypatch.undo()
+    assert count == sum(deleting) - 1  # the Spots and the Entry Spot, each released once
+    assert len(deleting) <= 10, deleting  # a few batches, not a commit per record
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+        left = [key for key in ids if isinstance(await stores.location.read(prefix + key), Found)]
+    assert [] == left

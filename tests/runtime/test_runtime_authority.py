@@ -10,8 +10,18 @@ import pytest
 import trio
 
 import zlink_trio as zl
-from zlink_trio._integration.store import Found, Missing, StoreConfig, open_stores
+from zlink_trio._integration.store import (
+    Applied,
+    Batch,
+    Found,
+    IfMissing,
+    Missing,
+    Put,
+    StoreConfig,
+    open_stores,
+)
 from zlink_trio._runtime.ownership.authority import SpotRecord
+from zlink_trio._runtime.ownership.releases import ReleaseBatcher
 
 app = zl.Application()
 seen_in_closing: list[object] = []
@@ -144,3 +154,37 @@ async def test_a_reply_to_the_previous_generation_never_reaches_the_new_one(
         assert 0 == host._node.dispatcher.in_flight
     assert ["gen1:cancelled"] == probe.outcomes
     assert [(1, "relay"), (2, "plain")] == probe.asked
+
+
+@pytest.mark.spec("SHUT-4.15")
+async def test_a_release_batch_with_a_record_not_ours_releases_the_others(store_dsn: str) -> None:
+    """Releases queued together go in one batch; when one record is no longer at the version
+    its releaser holds, the batch is settled record by record: the others are deleted, that one
+    stays and its releaser hears False."""
+    base = f"t/release-{uuid.uuid4().hex[:8]}/"
+    keys = [f"{base}{name}" for name in ("a", "b", "c")]
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+        store = stores.location
+        versions = []
+        for key in keys:
+            written = await store.write(Batch([IfMissing(key)], [Put(key, b"x")]))
+            assert isinstance(written, Applied)
+            versions.append(written.versions[0])
+        batcher = ReleaseBatcher(store)
+        results: dict[str, bool] = {}
+
+        async def release(key: str, version: int) -> None:
+            results[key] = await batcher.release(key, version)
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(batcher.run)
+            async with trio.open_nursery() as releases:
+                for key, version in zip(keys, versions, strict=True):
+                    stale = version + 1 if key.endswith("b") else version
+                    releases.start_soon(release, key, stale)
+            batcher.close()
+        assert {keys[0]: True, keys[1]: False, keys[2]: True} == results
+        assert 1 == batcher.batches  # all three went in one batch first
+        assert isinstance(await store.read(keys[0]), Missing)
+        assert isinstance(await store.read(keys[1]), Found)
+        assert isinstance(await store.read(keys[2]), Missing)

@@ -164,6 +164,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                 trio.lowlevel.current_trio_token(),
                 WorkerScheduler(config.cpu_worker_slots),
             )
+            await nursery.start(tree.run_releases, node.authority.releases)
             spots = SpotCatalog[Activation](node)
             actors = ActorCatalog[ActorActivation](spots)
             messaging = Messaging(spots, actors)

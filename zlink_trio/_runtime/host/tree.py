@@ -20,6 +20,7 @@ from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import DRAINING
+from zlink_trio._runtime.ownership.releases import ReleaseBatcher
 from zlink_trio._runtime.routing.inbound import Inbound
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
@@ -52,6 +53,8 @@ class TaskTree:
         self.actors: ActorCatalog[ActorActivation] | None = None
         self._started = False
         self.finished = trio.Event()
+        self._releases: ReleaseBatcher | None = None
+        self._releases_ended = trio.Event()
 
     async def run_store(
         self,
@@ -65,6 +68,19 @@ class TaskTree:
                 await self._close_store.wait()
         finally:
             self._store_closed.set()
+
+    async def run_releases(
+        self,
+        releases: ReleaseBatcher,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The flusher of record releases (ownership/releases.py); ends once closed and empty."""
+        self._releases = releases
+        try:
+            await releases.run(task_status=task_status)
+        finally:
+            self._releases_ended.set()
 
     async def run_activations(
         self, *, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED
@@ -159,6 +175,10 @@ class TaskTree:
                     await creating.wait()
             self._close_activations.set()
             await self._activations_closed.wait()
+            # Every activation has released its record through the batcher: let it finish.
+            if self._releases is not None:
+                self._releases.close()
+                await self._releases_ended.wait()
             # Peers are served no more: inbound work ends, the transport closes.
             self._remote_scope.cancel()
             self._close_transport.set()
@@ -173,6 +193,8 @@ class TaskTree:
         finally:
             # Even when the host nursery is being cancelled (a part crashed), the store still
             # closes and the result is published, so no waiter of shutdown() is left behind.
+            if self._releases is not None:
+                self._releases.close()
             self._remote_scope.cancel()
             self._close_transport.set()
             self._membership_scope.cancel()

@@ -47,6 +47,7 @@ from zlink_trio._integration.store import (
     Put,
 )
 from zlink_trio._runtime.ownership.node_record import NodeRecord
+from zlink_trio._runtime.ownership.releases import ReleaseBatcher
 from zlink_trio.ids import (
     ActorId,
     MeshName,
@@ -142,6 +143,8 @@ class SpotAuthority:
         self._mesh = mesh
         self.check_liveness = False
         """Take over records of owners that are not live; on once membership runs (Rule 5)."""
+        self.releases = ReleaseBatcher(store)
+        """Releases in conditional batches; its flusher runs in the host's task tree."""
 
     def _record_key(self, target: SpotId | ActorId) -> str:
         if isinstance(target, ActorId):
@@ -233,8 +236,8 @@ class SpotAuthority:
     async def release(self, claim: Claim) -> bool:
         """Delete the record this node wrote; ``False`` when it was no longer ours (Rule 3)."""
         key = self._record_key(claim.spot_id)
-        written = await self._store.write(Batch([IfVersion(key, claim.version)], [Delete(key)]))
-        if not isinstance(written, Applied):
+        # Coalesced with the releases of other incarnations into one batch (releases.py).
+        if not await self.releases.release(key, claim.version):
             _log.warning("authority record of %s was not ours any more", claim.spot_id)
             return False
         return True
