@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import pytest
 import trio
 
-from tests.e2e.harness import Answer, Child, Node, cluster, eventually, kind
-from zlink_trio._integration.store import EmbeddedPostgres
+from tests.e2e.harness import Answer, Child, Node, cluster, eventually, kind, new_mesh
+from zlink_trio._integration.store import EmbeddedPostgres, ScanPage, StoreConfig, open_stores
 
 SLACK = 1.5
 """Scheduling slack on a loaded 2-core machine for "ended within its timeout"."""
@@ -156,6 +157,36 @@ async def test_a_killed_owner_fails_requests_in_time_and_its_spot_comes_back_els
             reply["generation"],
             reply["handled"],
         )
+
+
+@pytest.mark.spec("GLOBAL-13")
+async def test_the_records_a_killed_host_left_are_reclaimed(store_dsn: str) -> None:
+    """kill -9 of a host: once its lease lapsed, the records of its Spots that nobody took over
+    and of its Entry Spot are deleted by a live host, instead of staying "ready" for good."""
+    mesh = new_mesh()
+    async with cluster(store_dsn, lease=LEASE, mesh=mesh) as hosts:
+        c = hosts["c"]
+        for spot in ("room-left-1", "room-left-2"):
+            assert "c" == ok(await c.ask("get_or_create", id=spot))["node_rid"]
+        async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+
+            async def held_by_c() -> list[str]:
+                page = await stores.location.scan(f"m/{mesh}/spot/", 1000)
+                assert isinstance(page, ScanPage)
+                return [
+                    record.key
+                    for record in page.records
+                    if "c" == cbor2.loads(record.value)["owner"]
+                ]
+
+            assert 3 == len(await held_by_c())  # two rooms and c's Entry Spot
+            assert isinstance(c, Child)
+            await c.kill()
+
+            async def nothing_left() -> bool:
+                return not await held_by_c()
+
+            await eventually(nothing_left, LEASE * 3 + 15.0)
 
 
 @pytest.mark.spec("GLOBAL-7", "GLOBAL-8", "GLOBAL-9")

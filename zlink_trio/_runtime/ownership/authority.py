@@ -27,6 +27,10 @@ membership runs), a claim that finds a record whose owner run has no live node r
 owner's mesh (``m/<mesh>/node/<rid>`` with that generation) replaces it, conditional on the
 version it read, with the next generation: a Spot or Actor of a killed host is activated again
 elsewhere and its generation only grows (GLOBAL rules in specs/global.md).
+Rule 6: a dead owner's records that nobody took over are reclaimed. ``reclaim(owner)`` scans the
+mesh's Spot records and the Actor records of the mesh and deletes, conditional on the version it
+read, each one held by a run of ``owner`` that is not live; a claim racing it wins or loses by the
+same version, so nothing live is ever deleted (GLOBAL-13).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from zlink_trio._integration.store import (
     Applied,
     Batch,
     Delete,
+    Expired,
     Found,
     IfMissing,
     IfVersion,
@@ -62,6 +67,11 @@ from zlink_trio.ids import (
 __all__ = ["Claim", "Held", "SpotAuthority", "SpotRecord"]
 
 _log = logging.getLogger("zlink_trio.runtime.authority")
+
+_RECLAIM_PAGE = 500
+"""Records per scan page while reclaiming."""
+_RECLAIM_RESTARTS = 3
+"""Scans restarted at most after an expired snapshot, per prefix and reclaim."""
 
 ACTIVATING = "activating"
 READY = "ready"
@@ -241,6 +251,47 @@ class SpotAuthority:
             _log.warning("authority record of %s was not ours any more", claim.spot_id)
             return False
         return True
+
+    async def reclaim(self, owner: NodeRid) -> int:
+        """Delete the records of this mesh's Spots and Actors that a run of ``owner`` held, where
+        that run is not live (Rule 6); returns how many were deleted."""
+        stale: dict[tuple[NodeRid, NodeGeneration], bool] = {}
+        removed = 0
+        for prefix in (f"{self._prefix}spot/", "actor/"):
+            cursor: str | None = None
+            restarts = 0
+            while True:
+                page = await self._store.scan(prefix, _RECLAIM_PAGE, cursor)
+                if isinstance(page, Expired):
+                    restarts += 1
+                    if restarts > _RECLAIM_RESTARTS:
+                        break  # the next PeerDown or sweep tries again
+                    cursor = None
+                    continue
+                doomed: list[tuple[str, int]] = []
+                for record in page.records:
+                    try:
+                        holder = SpotRecord.decode(record.value)
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    if holder.owner != owner or holder.mesh not in (None, self._mesh):
+                        continue
+                    run = (holder.owner, holder.owner_generation)
+                    if run not in stale:
+                        stale[run] = await self._is_stale(holder)
+                    if stale[run]:
+                        doomed.append((record.key, record.version))
+                for key, version in doomed:
+                    # One by one, each on the version read: a claim racing it decides by the
+                    # same version, and one record changed meanwhile keeps none of the others.
+                    written = await self._store.write(
+                        Batch([IfVersion(key, version)], [Delete(key)])
+                    )
+                    removed += isinstance(written, Applied)
+                if page.cursor is None:
+                    break
+                cursor = page.cursor
+        return removed
 
     async def forget_if_ours(self, spot_id: SpotId | ActorId) -> None:
         """After a claim whose outcome is unknown: delete the record if this node run wrote it."""

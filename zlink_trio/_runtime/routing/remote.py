@@ -93,6 +93,7 @@ class Remote:
         self.mesh: RouteMesh | None = None
         self._cache: dict[Target, NodeRid] = {}
         self._route_waiters: dict[NodeRid, trio.Event] = {}
+        self._tasks: trio.Nursery | None = None
         self._gone: set[NodeRid] = set()
         """Peers whose node record went away and has not come back (their calls end)."""
         self._settled = False
@@ -255,6 +256,7 @@ class Remote:
         load report; until cancelled."""
         mesh = self._mesh()
         async with trio.open_nursery() as nursery:
+            self._tasks = nursery
             nursery.start_soon(self._follow_peers, mesh)
             nursery.start_soon(self._follow_routes, mesh)
             nursery.start_soon(self._follow_store)
@@ -280,6 +282,8 @@ class Remote:
                         except (ValueError, ZLinkError) as error:
                             _log.warning("cannot connect to %s: %s", record.rid, error)
                 elif isinstance(event, PeerDown):
+                    if self._is_janitor() and self._tasks is not None:
+                        self._tasks.start_soon(self._reclaim, event.rid)
                     mesh.remove_peer(event.rid)
                     self._gone.add(event.rid)
                     waiter = self._route_waiters.pop(event.rid, None)
@@ -288,6 +292,22 @@ class Remote:
                     for target, owner in list(self._cache.items()):
                         if owner == event.rid:
                             del self._cache[target]
+
+    def _is_janitor(self) -> bool:
+        """Whether this host reclaims what a departed peer left: the live member with the
+        smallest RID, as this host sees the mesh (one host does it, the others need not)."""
+        own = self._node.node_rid.value
+        return all(own < rid.value for rid in self._membership.peers())
+
+    async def _reclaim(self, owner: NodeRid) -> None:
+        """Delete the records ``owner`` left that nobody took over (authority.py Rule 6)."""
+        try:
+            removed = await self._node.authority.reclaim(owner)
+        except ZLinkError as error:
+            _log.warning("could not reclaim the records of %s: %s", owner, error)
+            return
+        if removed:
+            _log.info("reclaimed %d records that %s left", removed, owner)
 
     async def _follow_routes(self, mesh: RouteMesh) -> None:
         async for change in mesh.route_changes:
