@@ -9,15 +9,17 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import cbor2
 import pytest
 import trio
+import trio.testing
 
 import zlink_trio as zl
 from zlink_trio._integration.store import Batch, IfMissing, Put, StoreConfig, open_stores
+from zlink_trio._runtime.ownership.authority import Claim, Held, SpotAuthority
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 
 app = zl.Application()
@@ -99,6 +101,22 @@ class Counter(Answering, zl.InstanceSpot):
     @zl.request_handler(Ask)
     async def ask(self, req: Ask, ctx: zl.MessageContext) -> Answer:
         return await self._answer(req, ctx, self.context.ref.node_rid.value)
+
+
+ledger: list[tuple[str, str]] = []
+"""What ``global.Ledger`` Spots handled, in order: (node RID, text)."""
+
+
+@app.instance_spot("global.Ledger")
+class Ledger(zl.InstanceSpot):
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note) -> None:
+        ledger.append((self.context.ref.node_rid.value, msg.text))
+
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask) -> Answer:
+        ledger.append((self.context.ref.node_rid.value, req.text))
+        return Answer(self.context.ref.node_rid.value, req.text, False)
 
 
 @app.actor("global.User")
@@ -381,6 +399,62 @@ async def test_a_cold_activation_raced_from_two_hosts_answers_every_caller(store
                         nursery.start_soon(ask, second, f"b{number}")
             assert 6 == len(answers)
             assert 1 == len({answer.node_rid for answer in answers}), answers
+
+
+@pytest.mark.spec("ROUTE-8", "TRN-26")
+async def test_a_lost_cold_race_hands_sends_and_requests_to_the_winner_in_admission_order(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first host's cold activation is held inside its claim (an injected pause) while the
+    second host activates the id and wins; the first host had admitted a send, a request and a
+    send, in that order: the winner handles them in that order and the request is answered."""
+    spot = fresh("ledger")
+    paused, go = trio.Event(), trio.Event()
+    real_claim = SpotAuthority.claim
+    async with two_hosts(store_dsn) as (first, second):
+        loser = first._node.authority
+
+        async def held_claim(
+            self: SpotAuthority, spot_id: Any, kind: zl.SpotKind, type_name: zl.StableTypeName
+        ) -> Claim | Held:
+            if self is loser and spot_id == zl.SpotId(spot) and not go.is_set():
+                paused.set()
+                await go.wait()
+            return await real_claim(self, spot_id, kind, type_name)
+
+        monkeypatch.setattr(SpotAuthority, "claim", held_claim)
+        answers: list[Answer] = []
+
+        async def request_two() -> None:
+            call = first.route.request_to_spot(spot, Ask("2"), reply_type=Answer)
+            answers.append(await call.instance_spot("global.Ledger").timeout(15).submit())
+
+        with trio.fail_after(15):  # a hang guard
+            await first.route.send_to_spot(spot, Note("1")).instance_spot("global.Ledger").submit()
+            await paused.wait()  # the first host's activation is inside its claim
+            won = second.route.request_to_spot(spot, Ask("won"), reply_type=Answer)
+            assert (
+                second.node_rid.value
+                == (await won.instance_spot("global.Ledger").submit()).node_rid
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(request_two)
+                await trio.testing.wait_all_tasks_blocked()  # "2" is admitted, its caller waits
+                await (
+                    first.route.send_to_spot(spot, Note("3"))
+                    .instance_spot("global.Ledger")
+                    .submit()
+                )
+                go.set()  # the claim finds the winner's record: the loser forwards what it holds
+            while len(ledger_of(second, ("1", "2", "3"))) < 3:
+                await trio.testing.wait_all_tasks_blocked()
+        assert [second.node_rid.value] == [answer.node_rid for answer in answers]
+        assert ["won", "1", "2", "3"] == ledger_of(second, ("won", "1", "2", "3"))
+
+
+def ledger_of(host: zl.Host, texts: tuple[str, ...]) -> list[str]:
+    """The texts among ``texts`` that Ledger Spots on ``host`` handled, in order."""
+    return [text for rid, text in ledger if rid == host.node_rid.value and text in texts]
 
 
 @pytest.mark.spec("CMP-4.3", "CMP-4.7", "ERR-9.2", "ERR-4.7", "ERR-5.11", "ERR-9.5")

@@ -198,8 +198,12 @@ class RouteMesh:
         timeout: float,  # noqa: ASYNC109  # the budget travels in the Request; not a cancel scope
         instance_spot_type: StableTypeName | None = None,
         metadata: Metadata = (),
+        on_submitted: Callable[[], object] | None = None,
     ) -> Reply:
         """Send a Request to ``peer`` and return its Reply (TRN-14).
+
+        ``on_submitted`` is called once the Request is in the peer's queue, before the reply
+        wait, so a caller can order what it submits next behind it (TRN-26).
 
         ``timeout`` (seconds) covers admission and the reply wait; the Request carries what is
         left of it when it is submitted. Ends with ``ZLinkError``: the ErrorReply's kind,
@@ -239,6 +243,8 @@ class RouteMesh:
                         await link.wait_capacity()
                     entry.admission = None
             if submitted:
+                if on_submitted is not None:
+                    on_submitted()
                 await entry.wait()
         finally:
             claimed = self._pending.claim(route, entry)

@@ -4,7 +4,9 @@ Two hosts may activate one Instance Spot id cold at the same instant; the store'
 (spots/activation.py Rule 7). The loser's incarnation never starts, and everything it admitted is
 handed here, in admission order, to the winner: a send is sent on, a request is made again to the
 winner and its outcome completes the caller's original entry, so the caller waits on its own
-call and sees the winner's answer. The Spot subsystem calls this through
+call and sees the winner's answer. Each message is in the winner's queue before the next one is
+submitted (a request's reply is waited for in the background), so the winner handles them in
+the order the loser admitted them (ROUTE-8). The Spot subsystem calls this through
 ``SpotCatalog.forward``, which the host binds to ``partial(forward, remote)``.
 """
 
@@ -58,7 +60,17 @@ async def forward(
                 context: MessageContext = context,
                 reply_type: type = reply_type,
                 deadline: float = deadline,
+                *,
+                task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
             ) -> None:
+                submitted = False
+
+                def on_submitted() -> None:
+                    nonlocal submitted
+                    if not submitted:
+                        submitted = True
+                        task_status.started()
+
                 try:
                     value = await remote.request(
                         Owner(owner),
@@ -68,12 +80,17 @@ async def forward(
                         context.metadata,
                         instance_type,
                         deadline,
+                        on_submitted,
                     )
                     outcome = Outcome(value=value)
                 except ZLinkError as error:
                     outcome = Outcome(error=error)
+                finally:
+                    on_submitted()  # ended before it was submitted: the next one may go
                 entry = node.dispatcher.pop(route)
                 if entry is not None:
                     node.dispatcher.deliver(entry, outcome)
 
-            requests.start_soon(forward_request)
+            # The next message goes only once this request is in the winner's queue, so the
+            # winner sees them in admission order; the reply is waited for in the background.
+            await requests.start(forward_request)

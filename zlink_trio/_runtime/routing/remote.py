@@ -194,9 +194,11 @@ class Remote:
         metadata: Mapping[str, str],
         instance_type: StableTypeName | None,
         deadline: float,
+        on_submitted: Callable[[], object] | None = None,
     ) -> object:
         """A request to ``target`` at ``owner``; its reply decoded (Rule 3). Shutdown ends it
-        with ``SHUTTING_DOWN`` through the transport (Rule 6)."""
+        with ``SHUTTING_DOWN`` through the transport (Rule 6). ``on_submitted`` is called once
+        the Request is in the owner's queue (the transport's hook)."""
         name, payload = self._node.registry.messages.encode(message)
         try:
             mesh = self._mesh()
@@ -214,6 +216,7 @@ class Remote:
                 timeout=remaining,
                 instance_spot_type=instance_type,
                 metadata=tuple(metadata.items()),
+                on_submitted=on_submitted,
             )
         except ZLinkError as error:
             if error.kind is ErrorKind.SHUTTING_DOWN and not self._settled:
