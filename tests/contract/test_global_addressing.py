@@ -401,6 +401,33 @@ async def test_a_cold_activation_raced_from_two_hosts_answers_every_caller(store
             assert 1 == len({answer.node_rid for answer in answers}), answers
 
 
+@pytest.mark.spec("ROUTE-12")
+async def test_a_call_to_an_owner_whose_route_is_lost_is_unavailable_at_once(
+    store_dsn: str,
+) -> None:
+    """The owner's transport falls silent while its node record stays live: once the caller's
+    transport reports the route lost, a request with a long timeout ends UNAVAILABLE at once
+    instead of waiting out its timeout for the route."""
+    room = fresh("room")
+    async with two_hosts(store_dsn) as (first, second):
+        await second.spots.get_or_create(room, "global.Room").submit()
+        await first.route.request_to_spot(room, Ask("warm"), reply_type=Answer).submit()
+        owner_mesh = second._tree.remote.mesh  # the owner's transport (internal)
+        assert owner_mesh is not None
+        owner_mesh.close()  # silent from now on; its membership still renews its node record
+        caller_mesh = first._messaging.remote.mesh  # the caller's transport (internal)
+        assert caller_mesh is not None
+        with trio.fail_after(15):  # the liveness window is 3 s
+            while caller_mesh.is_up(second.node_rid) is not None:  # noqa: ASYNC110  # remote
+                await trio.sleep(0.05)  # a remote condition: no local event to wait for
+        with trio.fail_after(5), pytest.raises(zl.ZLinkError) as caught:  # not its 30 s timeout
+            await (
+                first.route.request_to_spot(room, Ask("x"), reply_type=Answer).timeout(30).submit()
+            )
+        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+        assert second.node_rid in first.peers  # the owner's node record is still live
+
+
 @pytest.mark.spec("ROUTE-8", "TRN-26")
 async def test_a_lost_cold_race_hands_sends_and_requests_to_the_winner_in_admission_order(
     store_dsn: str, monkeypatch: pytest.MonkeyPatch

@@ -22,6 +22,10 @@ Rule 4: inbound work is delivered locally only; that side is ``inbound.py``.
 Rule 5: peers come from membership. The transport connects to a peer when its node record shows
 endpoints and disconnects when the record goes away (MESH-19); a call waits, within its deadline,
 for the route to a live owner to come up.
+Rule 7: a lost route is a gone owner until it comes back. When the transport's liveness
+reports a peer's route lost (silence past its window, a restart), calls to ids it owns end with
+``UNAVAILABLE`` at once instead of waiting out their deadline for a route, and the routing cache
+forgets it, so the next call resolves the owner again; a ``RouteUp`` lifts it (ROUTE-12).
 Rule 6: shutdown settles in-flight remote requests through the transport. ``settle_all`` ends
 every request pending in the RouteMesh, and those still waiting for a route, with
 ``SHUTTING_DOWN``, so a remote request needs no cancel scope of its own.
@@ -38,6 +42,7 @@ import trio
 from zlink_trio._integration.store import Changed, LocationStore, Resync
 from zlink_trio._integration.transport import (
     PeerAddress,
+    RouteLost,
     RouteMesh,
     RouteUp,
 )
@@ -95,6 +100,8 @@ class Remote:
         self._route_waiters: dict[NodeRid, trio.Event] = {}
         self._tasks: trio.Nursery | None = None
         self._gone: set[NodeRid] = set()
+        self._lost: set[NodeRid] = set()
+        """Peers whose route the transport reported lost and that have not come back (Rule 7)."""
         """Peers whose node record went away and has not come back (their calls end)."""
         self._settled = False
         self._spot_prefix = f"m/{node.mesh.value}/spot/"
@@ -139,6 +146,8 @@ class Remote:
         while mesh.is_up(owner) is None:
             if owner in self._gone:
                 raise ZLinkError(ErrorKind.UNAVAILABLE, f"{owner} left the mesh")
+            if owner in self._lost:
+                raise ZLinkError(ErrorKind.UNAVAILABLE, f"the route to {owner} is lost")
             event = self._route_waiters.get(owner)
             if event is None:
                 event = self._route_waiters[owner] = trio.Event()
@@ -314,10 +323,19 @@ class Remote:
 
     async def _follow_routes(self, mesh: RouteMesh) -> None:
         async for change in mesh.route_changes:
+            rid = change.run.node_rid
             if isinstance(change, RouteUp):
-                waiter = self._route_waiters.pop(change.run.node_rid, None)
-                if waiter is not None:
-                    waiter.set()
+                self._lost.discard(rid)
+            elif isinstance(change, RouteLost):
+                # The transport's liveness says the owner is gone (Rule 7): calls to it end
+                # UNAVAILABLE at once, and its routes are resolved again next time.
+                self._lost.add(rid)
+                for target, owner in list(self._cache.items()):
+                    if owner == rid:
+                        del self._cache[target]
+            waiter = self._route_waiters.pop(rid, None)
+            if waiter is not None:
+                waiter.set()
 
     async def _follow_store(self) -> None:
         with self._store.changes() as subscription:
