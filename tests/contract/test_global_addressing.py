@@ -137,7 +137,7 @@ def fresh(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.mark.spec("ROUTE-1", "ROUTE-6", "MESH-19", "CMP-9.5")
+@pytest.mark.spec("ROUTE-1", "ROUTE-6", "MESH-19")
 async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn: str) -> None:
     """A request and a send from one host reach a User Spot, an Instance Spot and an Actor owned
     by the other; the handler sees the caller's deadline for a request and none for a send."""
@@ -178,6 +178,41 @@ async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn
             await Noted.event.wait()
         assert [Answer(owner, t, True) for t in ("hi", "c", "u")] == answers
         assert (owner, "one-way:None") in seen
+
+
+@pytest.mark.spec("CMP-9.5", "ROUTE-6")
+async def test_the_owner_sees_only_the_time_left_after_the_callers_own_stages(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resolving the owner is made to take 0.5 s (an injected store delay): the deadline the
+    owner's handler sees is the caller's one deadline (asked + 5 s, plus the flight), not a fresh
+    5 s budget counted after the resolve."""
+    room = fresh("room")
+    delay = 0.5
+    async with two_hosts(store_dsn) as (first, second):
+        await second.spots.get_or_create(room, "global.Room").submit()
+        real_read = SpotAuthority.read
+        caller = first._node.authority
+
+        async def slow_read(self: SpotAuthority, target: Any) -> Any:
+            if self is caller and target == zl.SpotId(room):
+                await trio.sleep(delay)  # the injected fault: a slow store on the caller's side
+            return await real_read(self, target)
+
+        monkeypatch.setattr(SpotAuthority, "read", slow_read)
+        Holding.deadlines = []
+        asked_at = trio.current_time()
+        with trio.fail_after(15):
+            await (
+                first.route.request_to_spot(room, Ask("late"), reply_type=Answer)
+                .timeout(5)
+                .submit()
+            )
+        assert trio.current_time() - asked_at >= delay  # the resolve did take its time
+        seen_deadline = Holding.deadlines[-1]
+        assert seen_deadline is not None
+        # The flight between two hosts of one process is far below the injected delay.
+        assert asked_at + 5.0 <= seen_deadline < asked_at + 5.0 + delay / 2
 
 
 @pytest.mark.spec("ROUTE-2")
