@@ -181,11 +181,7 @@ class ActorActivation:
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
         if not await self.mailbox.put(envelope):
-            if not self.node.admitting:
-                raise shutting_down()
-            raise ZLinkError(
-                ErrorKind.UNAVAILABLE, f"Actor {self.actor_id} closed before admitting the message"
-            )
+            raise self.node.not_admitted(f"Actor {self.actor_id}")
 
     # --- the lane ------------------------------------------------------------------------------
 

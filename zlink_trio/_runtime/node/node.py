@@ -62,6 +62,14 @@ class LocalNode:
         if not self.admitting:
             raise shutting_down()
 
+    def not_admitted(self, target: str) -> ZLinkError:
+        """The error of a message whose wait for room in ``target``'s queue ended without
+        admission: ``SHUTTING_DOWN`` once this host stops admitting, else ``UNAVAILABLE`` (the
+        target closed), never ``NOT_FOUND`` (CMP-7.9)."""
+        if not self.admitting:
+            return shutting_down()
+        return ZLinkError(ErrorKind.UNAVAILABLE, f"{target} closed before admitting the message")
+
     def check_mesh(self, mesh: MeshName | None) -> None:
         """A call naming another mesh than this host's finds nothing there (CMP-5.10)."""
         if mesh is not None and mesh != self.mesh:

@@ -282,12 +282,10 @@ class SpotAuthority:
                     if stale[run]:
                         doomed.append((record.key, record.version))
                 for key, version in doomed:
-                    # One by one, each on the version read: a claim racing it decides by the
-                    # same version, and one record changed meanwhile keeps none of the others.
-                    written = await self._store.write(
-                        Batch([IfVersion(key, version)], [Delete(key)])
-                    )
-                    removed += isinstance(written, Applied)
+                    # Each on the version read, so a claim racing it decides by the same
+                    # version; a record changed meanwhile keeps none of the others (releases.py
+                    # settles a conflicting batch record by record).
+                    removed += await self.releases.release(key, version)
                 if page.cursor is None:
                     break
                 cursor = page.cursor

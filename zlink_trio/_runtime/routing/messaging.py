@@ -205,15 +205,11 @@ class Messaging:
             found = resolve_spot(spots, spot_id, message_type, kind, instance, create)
             if isinstance(found, tuple):
                 return found
-            if isinstance(found, Activation):
+            if isinstance(found, Activation | trio.Event):
+                # A closing incarnation to outlive, or a User Spot of this host being created
+                # (SPOT-90): wait for it, then look again.
                 with trio.move_on_at(deadline):
-                    await found.closed.wait()
-                    continue
-                raise deadline_error(spot_id)
-            if isinstance(found, trio.Event):
-                # A User Spot of this host being created: wait for its outcome (SPOT-90).
-                with trio.move_on_at(deadline):
-                    await found.wait()
+                    await (found.closed if isinstance(found, Activation) else found).wait()
                     continue
                 raise deadline_error(spot_id)
             remote = self.remote

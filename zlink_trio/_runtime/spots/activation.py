@@ -184,11 +184,7 @@ class Activation:
         if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}") and not (
             await self.mailbox.put(envelope)
         ):
-            if not self.node.admitting:
-                raise shutting_down()
-            raise ZLinkError(
-                ErrorKind.UNAVAILABLE, f"Spot {self.spot_id} closed before admitting the message"
-            )
+            raise self.node.not_admitted(f"Spot {self.spot_id}")
 
     def try_put(self, envelope: Envelope) -> bool:
         """``put`` without waiting: ``False`` when the mailbox is full."""
