@@ -134,7 +134,11 @@ def _say(text: str) -> None:
 
 
 async def run_node(config: NodeConfig) -> int:
-    """Run one host until SIGINT or SIGTERM, then shut it down; 0 when it closed cleanly."""
+    """Run one host until SIGINT or SIGTERM, then shut it down; 0 when it closed cleanly.
+
+    A run that ends by itself with ``UNAVAILABLE`` after it was ready (it lost its lease,
+    specs/mesh.md MESH-22) is followed by a new run, with a new generation that claims nothing
+    of the old one's."""
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
@@ -146,14 +150,23 @@ async def run_node(config: NodeConfig) -> int:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch)
-            async with zl.open_host(config.app, config.host) as host:
-                _say(
-                    f"ready: node {host.node_rid.value} generation "
-                    f"{host.node_generation.value} mesh {host.mesh.value} app {config.app_ref}"
-                )
-                await stop.wait()
-                await host.shutdown()
-            _say(f"stopped: node {host.node_rid.value}")
+            while not stop.is_set():
+                ready = False
+                try:
+                    async with zl.open_host(config.app, config.host) as host:
+                        ready = True
+                        _say(
+                            f"ready: node {host.node_rid.value} generation "
+                            f"{host.node_generation.value} mesh {host.mesh.value} "
+                            f"app {config.app_ref}"
+                        )
+                        await stop.wait()
+                        await host.shutdown()
+                    _say(f"stopped: node {host.node_rid.value}")
+                except zl.ZLinkError as error:
+                    if not ready or error.kind is not zl.ErrorKind.UNAVAILABLE:
+                        raise
+                    _say(f"the run ended: {error}; starting a new run")
             nursery.cancel_scope.cancel()
     return 0
 

@@ -21,7 +21,6 @@ import trio
 from zlink_trio._integration.store import (
     Applied,
     Batch,
-    Changed,
     ChangeSubscription,
     Conflict,
     Delete,
@@ -105,8 +104,8 @@ async def put(stores: Stores, key: str, value: bytes, retention: float | None) -
 async def test_the_record_is_stored_under_the_node_key_with_a_renewed_lease(
     stores: Stores, mesh: MeshName
 ) -> None:
-    """The run's record sits at m/<mesh>/node/<rid> as a CBOR map, expires one lease after
-    its write, and each renewal writes a new version with a later expiry."""
+    """The run's record sits at m/<mesh>/node/<rid> as a CBOR map without an expiry, and each
+    renewal writes a new version of it."""
     record = node(
         "alpha",
         application_endpoint="tcp://127.0.0.1:5555",
@@ -130,17 +129,15 @@ async def test_the_record_is_stored_under_the_node_key_with_a_renewed_lease(
                 "types": ["chat.Room", "chat.Lobby"],
                 "load": 0,
             } == cbor2.loads(first.value)
-            assert first.expires_at is not None
-            left = (first.expires_at - first.store_now).total_seconds()
-            assert 4.0 < left <= 5.0
+            assert first.expires_at is None  # silence, judged by peers, ends it (MESH-6)
             with trio.fail_after(10):
                 async for _change in changes:
                     renewed = await stores.location.read(key)
                     assert isinstance(renewed, Found)
                     if renewed.version != first.version:
                         break
-            assert renewed.expires_at is not None
-            assert renewed.expires_at > first.expires_at
+            assert renewed.expires_at is None
+            assert renewed.version > first.version
             assert record == NodeRecord.decode(renewed.value)
             scope.cancel()
 
@@ -262,19 +259,49 @@ async def test_a_stopped_node_withdraws_and_peers_see_it_down_promptly(
 
 
 @pytest.mark.spec("MESH-6")
-async def test_a_lapsed_lease_is_down_once_it_expires(stores: Stores, mesh: MeshName) -> None:
-    """A killed host (a record nobody renews) is PeerDown once its lease has run out on the
-    database clock, though neither a poll nor a notification came in the meantime."""
-    observer = Membership(stores.location, mesh, node("obs"), lease=30.0, poll_every=SLOW_POLL)
+async def test_a_silent_run_is_removed_and_down_after_lease_and_margin(
+    stores: Stores, mesh: MeshName
+) -> None:
+    """A killed host (a record nobody renews) is removed and PeerDown once the watcher saw it
+    unchanged for lease + margin on the database clock, though neither a poll nor a
+    notification came in the meantime; a run that keeps renewing is never removed."""
+    observer = Membership(stores.location, mesh, node("obs"), lease=1.0, poll_every=SLOW_POLL)
+    alive = Membership(stores.location, mesh, node("alive"), lease=1.0, renew_every=0.2)
     ghost = node("ghost")
     async with trio.open_nursery() as nursery:
         await start(nursery, observer)
         events = observer.subscribe()
-        written = await put(stores, key_of(mesh, "ghost"), ghost.encode(), retention=1.0)
+        written = await put(stores, key_of(mesh, "ghost"), ghost.encode(), retention=None)
         assert PeerUp(ghost) == await next_event(events, within=5)
+        await start(nursery, alive)
+        assert PeerUp(alive.record) == await next_event(events, within=5)
         assert PeerDown(ghost.rid, ghost.generation) == await next_event(events, within=15)
-        assert await stores.location.now() >= written.store_now + timedelta(seconds=1.0)
-        assert {} == observer.peers()
+        assert await stores.location.now() >= written.store_now + timedelta(seconds=1.2)
+        assert isinstance(await stores.location.read(key_of(mesh, "ghost")), Missing)
+        assert [alive.rid] == list(observer.peers())
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.spec("MESH-6")
+async def test_silence_counts_again_after_the_watcher_lost_sight_of_the_store(
+    stores: Stores, mesh: MeshName
+) -> None:
+    """A store outage seen by the watcher (failed reads) is nobody's silence: a peer silent
+    across it gets a whole lease + margin after the store came back before it is removed."""
+    flaky = FlakyStore(stores)
+    observer = Membership(flaky, mesh, node("obs"), lease=1.0, renew_every=0.2, poll_every=0.1)
+    ghost = node("ghost")
+    async with trio.open_nursery() as nursery:
+        await start(nursery, observer)
+        events = observer.subscribe()
+        await put(stores, key_of(mesh, "ghost"), ghost.encode(), retention=None)
+        assert PeerUp(ghost) == await next_event(events, within=5)
+        flaky.failing = True
+        await trio.sleep(2.0)  # longer than lease + margin: the outage itself
+        flaky.failing = False
+        back = await stores.location.now()
+        assert PeerDown(ghost.rid, ghost.generation) == await next_event(events, within=15)
+        assert await stores.location.now() >= back + timedelta(seconds=1.2)
         nursery.cancel_scope.cancel()
 
 
@@ -311,8 +338,8 @@ async def test_a_new_generation_is_down_of_the_old_then_up_of_the_new(
 
 @pytest.mark.spec("MESH-8", "MESH-7")
 async def test_a_restart_waits_for_the_killed_run_to_lapse(stores: Stores, mesh: MeshName) -> None:
-    """A new run of a RID whose killed run still has a lease publishes only after that lease
-    lapsed; peers see the old run down and then the new one up."""
+    """A new run of a RID whose killed run left its record publishes only after it saw that
+    record silent for lease + margin; peers see the old run down and then the new one up."""
     observer = Membership(stores.location, mesh, node("obs"), lease=30.0, poll_every=SLOW_POLL)
     killed = node("x")
     restarted = Membership(
@@ -321,11 +348,11 @@ async def test_a_restart_waits_for_the_killed_run_to_lapse(stores: Stores, mesh:
     async with trio.open_nursery() as nursery:
         await start(nursery, observer)
         events = observer.subscribe()
-        written = await put(stores, key_of(mesh, "x"), killed.encode(), retention=1.5)
+        written = await put(stores, key_of(mesh, "x"), killed.encode(), retention=None)
         assert PeerUp(killed) == await next_event(events)
         with trio.fail_after(15):
             await start(nursery, restarted)
-        assert await stores.location.now() >= written.store_now + timedelta(seconds=1.5)
+        assert await stores.location.now() >= written.store_now + timedelta(seconds=1.8)
         assert PeerDown(killed.rid, killed.generation) == await next_event(events)
         assert PeerUp(restarted.record) == await next_event(events)
         nursery.cancel_scope.cancel()
@@ -353,67 +380,55 @@ async def test_a_second_run_of_a_live_rid_fails_with_already_exists(
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.spec("MESH-8")
-async def test_a_rid_held_by_a_record_without_lease_fails_at_once(
-    stores: Stores, mesh: MeshName
-) -> None:
-    """A record of another run that never expires cannot be waited out: ALREADY_EXISTS."""
-    await put(stores, key_of(mesh, "x"), node("x").encode(), retention=None)
-    second = Membership(stores.location, mesh, node("x"), lease=30.0)
-    with trio.fail_after(5), pytest.raises(ZLinkError) as caught:
-        await second.run()
-    assert ErrorKind.ALREADY_EXISTS == caught.value.kind
-
-
 # --- renewal -------------------------------------------------------------------------------------
 
 
-@pytest.mark.spec("MESH-9")
-async def test_a_renewal_that_finds_the_record_gone_publishes_it_again(
-    stores: Stores, mesh: MeshName, caplog: pytest.LogCaptureFixture
+@pytest.mark.spec("MESH-9", "MESH-22")
+async def test_a_renewal_that_finds_the_record_gone_loses_the_lease_for_good(
+    stores: Stores, mesh: MeshName
 ) -> None:
-    """Deleting a live run's record behind its back: the next renewal writes it again with the
-    same generation under a new version, and logs a warning."""
+    """Deleting a live run's record behind its back (what peers do to a silent run): the next
+    renewal does not write it again, the fence closes for good and the run ends UNAVAILABLE."""
     a = Membership(stores.location, mesh, node("a"), lease=10.0, renew_every=0.3)
     key = key_of(mesh, "a")
-    with caplog.at_level(logging.WARNING, logger=LOGGER), stores.location.changes() as changes:
+
+    def unavailable(error: ZLinkError) -> bool:
+        return error.kind == ErrorKind.UNAVAILABLE and "removed" in str(error)
+
+    with (
+        trio.fail_after(10),
+        pytest.RaisesGroup(pytest.RaisesExc(ZLinkError, check=unavailable)),
+    ):
         async with trio.open_nursery() as nursery:
-            await start(nursery, a)
+            await nursery.start(a.run)
+            assert a.fence.serving
             before = await stores.location.read(key)
             assert isinstance(before, Found)
             deleted = await stores.location.write(
                 Batch([IfVersion(key, before.version)], [Delete(key)])
             )
             assert isinstance(deleted, Applied)
-            with trio.fail_after(10):
-                async for change in changes:
-                    if isinstance(change, Changed) and key not in change.keys:
-                        continue
-                    again = await stores.location.read(key)
-                    if isinstance(again, Found):
-                        break
-            assert before.version != again.version
-            assert a.record == NodeRecord.decode(again.value)
-            nursery.cancel_scope.cancel()
-    assert any("publishing it again" in r.getMessage() for r in caplog.records if r.name == LOGGER)
+    assert isinstance(await stores.location.read(key), Missing)
+    assert a.fence.lost is not None
+    assert not a.fence.serving
 
 
 @pytest.mark.spec("MESH-10")
 async def test_a_run_whose_rid_was_taken_over_stops_and_leaves_the_new_record(
     stores: Stores, mesh: MeshName
 ) -> None:
-    """When a renewal finds another generation's record at its key, the run ends with
-    ALREADY_EXISTS and neither overwrites nor deletes that record."""
+    """When a renewal finds another generation's record at its key, the run has lost its
+    lease (UNAVAILABLE) and neither overwrites nor deletes that record."""
     a = Membership(stores.location, mesh, node("x"), lease=10.0, renew_every=0.2)
     usurper = NodeRecord(a.rid, NodeGeneration.new())
     key = key_of(mesh, "x")
 
-    def already_exists(error: ZLinkError) -> bool:
-        return error.kind == ErrorKind.ALREADY_EXISTS
+    def lost(error: ZLinkError) -> bool:
+        return error.kind == ErrorKind.UNAVAILABLE and "taken over" in str(error)
 
     with (
         trio.fail_after(10),
-        pytest.RaisesGroup(pytest.RaisesExc(ZLinkError, check=already_exists)),
+        pytest.RaisesGroup(pytest.RaisesExc(ZLinkError, check=lost)),
     ):
         async with trio.open_nursery() as nursery:
             await nursery.start(a.run)

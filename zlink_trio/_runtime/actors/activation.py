@@ -231,6 +231,9 @@ class ActorActivation:
             else:
                 arguments = (envelope.message,)
             try:
+                fence = self.node.fence
+                if not fence.serving:  # a turn starts only while the lease holds (MESH-21)
+                    await fence.wait_serving()
                 result = await method(*arguments)
             except Exception as error:
                 if envelope.reply_route is None:
@@ -260,6 +263,7 @@ class ActorActivation:
             await gate.acquire()
         token = enter_turn(Turn(gate, actor=self))
         try:
+            await self.node.fence.wait_serving()
             await self.instance.on_join_completed(completion)
         except Exception:
             _log.exception("on_join_completed of Actor %s raised", self.actor_id)

@@ -65,6 +65,7 @@ from zlink_trio._runtime.engines.workers import WorkerScheduler
 from zlink_trio._runtime.host.tree import TaskTree
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.authority import SpotAuthority
+from zlink_trio._runtime.ownership.fence import Fence
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.routing.forward import forward
@@ -145,6 +146,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
         else NodeRid(config.node_rid)
     )
     node_generation = NodeGeneration.new()
+    fence = Fence(config.node_lease)
     store_config = StoreConfig(dsn=config.store_dsn, data_dir=config.store_data_dir)
     try:
         async with trio.open_nursery() as nursery:
@@ -163,6 +165,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                 activations,
                 trio.lowlevel.current_trio_token(),
                 WorkerScheduler(config.cpu_worker_slots),
+                fence,
             )
             await nursery.start(tree.run_releases, node.authority.releases)
             spots = SpotCatalog[Activation](node)
@@ -193,6 +196,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                     types=[t.name for t in registry.spot_types.values()],
                 ),
                 lease=config.node_lease,
+                fence=fence,
             )
             remote = Remote(
                 node, stores.location, membership, lambda: len(spots.live) + len(actors.live)
@@ -217,7 +221,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
             )
             await activations.start(entry.run)
             tree.membership = membership
-            await nursery.start(tree.run_membership, membership)
+            await nursery.start(tree.run_membership, membership, node)
             node.authority.check_liveness = True
             tree.remote = remote
             messaging.remote = remote

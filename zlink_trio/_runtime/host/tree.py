@@ -25,6 +25,7 @@ from zlink_trio._runtime.routing.inbound import Inbound
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import SpotCloseReason
 
 __all__ = ["TaskTree"]
@@ -97,14 +98,26 @@ class TaskTree:
     async def run_membership(
         self,
         membership: Membership,
+        node: LocalNode,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        """The membership task. When the run loses its lease (ownership/fence.py), the host
+        shuts down in order first, cutting its Spots at once (``_shut_down``), and only then
+        does the error leave this task and end ``open_host`` (MESH-22)."""
+        lost: ZLinkError | None = None
         try:
             with self._membership_scope:
                 await membership.run(task_status=task_status)
+        except ZLinkError as error:
+            if membership.fence.lost is None:
+                raise
+            lost = error
         finally:
             self._membership_ended.set()
+        if lost is not None:
+            await self.shutdown(node)
+            raise lost
 
     async def run_transport(
         self,
@@ -153,7 +166,10 @@ class TaskTree:
                 self.remote.settle_all()
             settled = node.dispatcher.settle_all(shutting_down())
             _log.debug("shutdown settled %d calls in flight", settled)
-            deadline = trio.current_time() + node.config.closing_timeout
+            # A run that lost its lease runs no on_closing: its Spots may already live elsewhere
+            # (MESH-22), so they are cut at once.
+            closing_for = 0.0 if node.fence.lost is not None else node.config.closing_timeout
+            deadline = trio.current_time() + closing_for
             # Both are set right after the node is made, before any part can shut down.
             assert self.spots is not None
             assert self.actors is not None

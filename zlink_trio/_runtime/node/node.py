@@ -7,7 +7,8 @@ authority, job permits, worker scheduler and the activations nursery. The live S
 are kept by their own subsystems (``spots/catalog.py``, ``actors/catalog.py``), which sit above
 this module. Its ``admitting`` flag is the single admission seal: every public operation checks
 it first, so once shutdown has sealed it every new operation ends with ``SHUTTING_DOWN``
-(SHUT-4.6).
+(SHUT-4.6). The same check consults the run's ``fence`` (ownership/fence.py): a run whose lease
+is overdue admits nothing and refuses with ``UNAVAILABLE`` (MESH-21).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from zlink_trio._runtime.engines.completion import CompletionDispatcher, shuttin
 from zlink_trio._runtime.engines.mailbox import JobPermits
 from zlink_trio._runtime.engines.workers import WorkerScheduler
 from zlink_trio._runtime.ownership.authority import SpotAuthority
+from zlink_trio._runtime.ownership.fence import Fence
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
 
@@ -41,6 +43,7 @@ class LocalNode:
         activation_nursery: trio.Nursery,
         token: trio.lowlevel.TrioToken,
         workers: WorkerScheduler,
+        fence: Fence,
     ) -> None:
         self.config = config
         self.registry = registry
@@ -56,11 +59,15 @@ class LocalNode:
         self.jobs = JobPermits(config.app_job_queue_size)
         """The host's shared application job queue (mailbox.py Rule 1)."""
         self.admitting = True
+        self.fence = fence
+        """Whether this run's lease lets it serve (ownership/fence.py)."""
 
     def check_admitting(self) -> None:
-        """Raise ``SHUTTING_DOWN`` once shutdown has sealed admission (SHUT-4.6)."""
+        """Raise ``SHUTTING_DOWN`` once shutdown has sealed admission (SHUT-4.6), and
+        ``UNAVAILABLE`` while the run's lease is overdue (MESH-21)."""
         if not self.admitting:
             raise shutting_down()
+        self.fence.check()
 
     def not_admitted(self, target: str) -> ZLinkError:
         """The error of a message whose wait for room in ``target``'s queue ended without

@@ -5,22 +5,29 @@ MESH-8, MESH-9, MESH-10, MESH-11, MESH-14).
 there while the run lives; ``Membership`` (``membership``) composes it with the watch over the
 peers (``peer_watch``).
 
-Rule 1: the lease is the record's retention. Every write of the own record is a ``Put`` with
-``retention=lease``, so a run that stops renewing (killed, partitioned) drops out ``lease``
-after its last write on the database clock, without anyone deleting it (MESH-3, MESH-6).
-Rule 2: one run per RID. The own record is written only with ``IfMissing`` or ``IfVersion`` on
-the version this run holds, so a run never overwrites or deletes a record of another generation;
-a start that finds the RID held waits for that lease to lapse, and gives up with
+Rule 1: the record is durable; silence ends it. The own record is written without a retention
+and renewed every ``renew_every`` seconds; a run that stops renewing (killed, paused,
+partitioned) is removed by a peer that saw the record unchanged for ``lease + margin`` on the
+database clock (``peer_watch`` Rule 2), never by the clock alone, so an outage of the store
+does not end the runs behind it (MESH-3, MESH-6, MESH-20).
+Rule 2: one run per RID. The own record is written only with ``IfMissing`` (the first write) or
+``IfVersion`` on the version this run holds, so a run never overwrites or deletes a record of
+another generation; a start that finds the RID held waits until it has seen that record
+unchanged for ``lease + margin`` and then deletes it on that version, and gives up with
 ``ALREADY_EXISTS`` once the holder proves alive by renewing (MESH-8, MESH-10).
 Rule 3: an unknown outcome is settled by reading. A write that raised or was cancelled may have
 committed; the next conflict reads the record and adopts it when it names this run (DEC-17).
+Rule 4: a lease once lost stays lost. Each successful renewal moves the run's fence
+(``fence.py``); a renewal that finds the record gone or another run's never writes it again:
+the run is lost, the fence closes for good and ``renew_loop`` raises ``UNAVAILABLE``, which ends
+the host's run (MESH-21, MESH-22).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Protocol
 
 import attrs
@@ -37,6 +44,7 @@ from zlink_trio._integration.store import (
     Missing,
     Put,
 )
+from zlink_trio._runtime.ownership.fence import Fence, fence_margin
 from zlink_trio._runtime.ownership.node_record import (
     EXPIRY_MARGIN,
     NodeRecord,
@@ -62,8 +70,8 @@ class LeaseStore(Protocol):
 
 
 class NodeLease:
-    """This run's record at ``key``, written under a retention of ``retention`` and renewed
-    every ``renew_every`` seconds while :meth:`renew_loop` runs."""
+    """This run's record at ``key``, renewed every ``renew_every`` seconds while
+    :meth:`renew_loop` runs; each renewal moves ``fence`` (Rule 4)."""
 
     def __init__(
         self,
@@ -72,15 +80,17 @@ class NodeLease:
         key: str,
         record: NodeRecord,
         *,
-        retention: timedelta,
+        lease: float,
         renew_every: float,
+        fence: Fence,
     ) -> None:
         self._store = store
         self._mesh = mesh
         self._key = key
         self._record = record
-        self._retention = retention
+        self._silence = timedelta(seconds=lease + fence_margin(lease))
         self._renew_every = renew_every
+        self._fence = fence
         self._version: int | None = None
         self._attempted = False
         self._prompt = trio.Event()
@@ -108,92 +118,109 @@ class NodeLease:
         )
 
     async def publish(self, *, first: bool) -> None:
-        """Write the own record under a fresh lease (Rule 2, Rule 3)."""
+        """Write the own record (Rule 2, Rule 3); a success moves the fence (Rule 4)."""
         key = self._key
         for _ in range(_WRITE_ROUNDS):
             record = self._record
             condition = IfMissing(key) if self._version is None else IfVersion(key, self._version)
             self._attempted = True
-            written = await self._store.write(
-                Batch([condition], [Put(key, record.encode(), self._retention)])
-            )
+            started = trio.current_time()
+            written = await self._store.write(Batch([condition], [Put(key, record.encode())]))
             if isinstance(written, Applied):
                 self._version = written.versions[0]
+                self._fence.renewed(started)
                 return
             found = await self._store.read(key)
-            if isinstance(found, Missing):
-                if self._version is not None:
-                    _log.warning(
-                        "the node record of %s in mesh %s lapsed or was deleted; publishing it "
-                        "again",
-                        self._record.rid,
-                        self._mesh,
-                    )
-                self._version = None
-                continue
-            if self._is_own(found.value):
+            if isinstance(found, Found) and self._is_own(found.value):
                 # A write whose outcome was unknown did commit: carry on from its version.
                 self._version = found.version
                 continue
-            self._version = None
-            if not first:
-                raise ZLinkError(
-                    ErrorKind.ALREADY_EXISTS,
-                    f"node {self._record.rid} in mesh {self._mesh} was taken over by "
-                    f"{describe_holder(found.value)}; this run ({self._record.generation!r}) "
-                    "stops",
-                )
-            await self._wait_for_lapse(found)
+            if self._version is not None or not first:
+                self._lose(found)
+            if isinstance(found, Missing):
+                continue
+            await self._wait_for_silence(found)
         raise ZLinkError(
             ErrorKind.UNAVAILABLE,
             f"the node record of {self._record.rid} kept changing while written",
         )
 
-    async def _wait_for_lapse(self, found: Found) -> None:
-        """Return once the foreign record at the own key has lapsed; ``ALREADY_EXISTS`` as soon
-        as its holder renews it, or at once if it never expires (MESH-8)."""
-        rid = self._record.rid
-        holder = describe_holder(found.value)
-        if found.expires_at is None:
-            raise ZLinkError(
-                ErrorKind.ALREADY_EXISTS,
-                f"node {rid} in mesh {self._mesh} is held by {holder} without a lease",
+    def _lose(self, found: Missing | Found) -> None:
+        """The own record is gone or another run's: this run is over (Rule 4)."""
+        rid, mesh = self._record.rid, self._mesh
+        if isinstance(found, Missing):
+            why = (
+                f"the node record of {rid} in mesh {mesh} was removed: its peers saw no renewal "
+                "for longer than the lease"
             )
+        else:
+            why = f"node {rid} in mesh {mesh} was taken over by {describe_holder(found.value)}"
+        self._fence.lose(why)
+        _log.error("%s; this run (%r) stops serving and ends", why, self._record.generation)
+        generation = self._record.generation
+        raise ZLinkError(ErrorKind.UNAVAILABLE, f"{why}; this run ({generation!r}) ended")
+
+    async def _wait_for_silence(self, found: Found) -> None:
+        """Return once the foreign record at the own key was unchanged for ``lease + margin``
+        on the database clock and is deleted on that version; ``ALREADY_EXISTS`` as soon as its
+        holder renews it (MESH-8). A failed read starts the wait over."""
+        rid = self._record.rid
         _log.info(
-            "node %s in mesh %s is held by %s; waiting for its lease to lapse",
+            "node %s in mesh %s is held by %s; waiting to see whether it renews",
             rid,
             self._mesh,
-            holder,
+            describe_holder(found.value),
         )
-        seen = found
-        expires_at: datetime = found.expires_at
+        seen: Found | None = found
+        since = found.store_now
         while True:
-            remaining = (expires_at - seen.store_now).total_seconds() + EXPIRY_MARGIN
-            await trio.sleep(max(0.0, min(remaining, self._renew_every)))
-            now = await self._store.read(self._key)
+            if seen is None:
+                wait = self._renew_every
+            else:
+                remaining = (since + self._silence - seen.store_now).total_seconds()
+                wait = max(0.0, min(remaining + EXPIRY_MARGIN, self._renew_every))
+            await trio.sleep(wait)
+            try:
+                now = await self._store.read(self._key)
+            except ZLinkError as error:
+                if error.kind != ErrorKind.UNAVAILABLE:
+                    raise
+                seen = None
+                continue
             if isinstance(now, Missing):
                 return
-            if now.version != seen.version or now.expires_at is None:
+            if seen is None:
+                seen, since = now, now.store_now  # after a gap the silence counts again
+                continue
+            if now.version != seen.version:
                 raise ZLinkError(
                     ErrorKind.ALREADY_EXISTS,
                     f"node {rid} in mesh {self._mesh} is held by {describe_holder(now.value)}, "
-                    "which renewed its lease",
+                    "which renewed its record",
                 )
             seen = now
-            expires_at = now.expires_at
+            if now.store_now - since >= self._silence:
+                await self._store.write(
+                    Batch([IfVersion(self._key, now.version)], [Delete(self._key)])
+                )
+                return
 
     async def renew_loop(self) -> None:
         """Rewrite the record every ``renew_every`` seconds, or at once when prompted; an
-        ``UNAVAILABLE`` store is logged and tried again (MESH-11)."""
+        ``UNAVAILABLE`` store is logged and tried again sooner, while the fence holds or not
+        (MESH-11). Raises ``UNAVAILABLE`` once the lease is lost (Rule 4)."""
+        retry = self._renew_every
         while True:
-            with trio.move_on_after(self._renew_every):
+            with trio.move_on_after(retry):
                 await self._prompt.wait()
             self._prompt = trio.Event()
             try:
                 await self.publish(first=False)
+                retry = self._renew_every
             except ZLinkError as error:
-                if error.kind != ErrorKind.UNAVAILABLE:
+                if error.kind != ErrorKind.UNAVAILABLE or self._fence.lost is not None:
                     raise
+                retry = min(self._renew_every, self._silence.total_seconds() / 20)
                 _log.warning(
                     "could not renew the node record of %s in mesh %s; trying again: %s",
                     self._record.rid,
@@ -218,7 +245,7 @@ class NodeLease:
                 await self._store.write(Batch([IfVersion(key, found.version)], [Delete(key)]))
         except ZLinkError as error:
             _log.warning(
-                "could not withdraw the node record of %s; it lapses with its lease: %s",
+                "could not withdraw the node record of %s; peers remove it after its silence: %s",
                 self._record.rid,
                 error,
             )

@@ -32,6 +32,7 @@ from zlink_trio._integration.store import (
     Missing,
     ScanPage,
 )
+from zlink_trio._runtime.ownership.fence import Fence, fence_margin
 from zlink_trio._runtime.ownership.lease import NodeLease
 from zlink_trio._runtime.ownership.node_record import NodeRecord, PeerEvent, decode_or_none
 from zlink_trio._runtime.ownership.peer_watch import PeerWatch
@@ -85,14 +86,14 @@ class Membership:
         lease: float = 10.0,
         renew_every: float | None = None,
         poll_every: float | None = None,
+        fence: Fence | None = None,
     ) -> None:
         if not isinstance(mesh, MeshName):
             raise TypeError(f"mesh must be a MeshName, not {type(mesh).__name__}")
         if not isinstance(record, NodeRecord):
             raise TypeError(f"record must be a NodeRecord, not {type(record).__name__}")
         self._lease = _seconds("lease", lease)
-        self._retention = timedelta(seconds=self._lease)
-        if self._retention <= timedelta(0):
+        if timedelta(seconds=self._lease) <= timedelta(0):
             raise ValueError(f"lease must be at least a microsecond, got {lease}")
         self._renew_every = (
             self._lease / 3 if renew_every is None else _seconds("renew_every", renew_every)
@@ -107,10 +108,26 @@ class Membership:
         self._store = store
         self._prefix = f"m/{mesh.value}/node/"
         key = self._prefix + record.rid.value
+        self.fence = Fence(self._lease) if fence is None else fence
+        """This run's self-fence (fence.py): moved by each renewal, closed when the lease is
+        lost."""
         self._own = NodeLease(
-            store, mesh, key, record, retention=self._retention, renew_every=self._renew_every
+            store,
+            mesh,
+            key,
+            record,
+            lease=self._lease,
+            renew_every=self._renew_every,
+            fence=self.fence,
         )
-        self._watch = PeerWatch(store, self._prefix, key, record.rid, poll_every=self._poll_every)
+        self._watch = PeerWatch(
+            store,
+            self._prefix,
+            key,
+            record.rid,
+            poll_every=self._poll_every,
+            silence=self._lease + fence_margin(self._lease),
+        )
         self._ran = False
 
     # --- what callers read ---------------------------------------------------------------------
@@ -195,9 +212,11 @@ class Membership:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Publish the record, report started, then renew and watch until cancelled.
 
-        Raises ``ZLinkError(ALREADY_EXISTS)`` when another live run holds this RID (at start) or
-        took it over (later), and ``ZLinkError(UNAVAILABLE)`` when the store cannot be reached
-        to publish at start. On the way out the own record is deleted if it is still this run's.
+        Raises ``ZLinkError(ALREADY_EXISTS)`` when another live run holds this RID at start,
+        ``ZLinkError(UNAVAILABLE)`` when the store cannot be reached to publish at start, and
+        ``ZLinkError(UNAVAILABLE)`` once the lease is lost (the record was removed by a peer or
+        taken over; the fence is closed for good, lease.py Rule 4). On the way out the own
+        record is deleted if it is still this run's.
         """
         if self._ran:
             raise ZLinkError(ErrorKind.INVALID_OPERATION, "a Membership runs only once")
@@ -229,6 +248,6 @@ class Membership:
                 await self._own.withdraw()
             if scope.cancelled_caught:
                 _log.warning(
-                    "withdrawing the node record of %s timed out; it lapses with its lease",
+                    "withdrawing the node record of %s timed out; peers remove it after its silence",
                     self.rid,
                 )

@@ -48,7 +48,7 @@ STATES = frozenset({SERVING, DRAINING})
 
 MAX_LOAD = 2**63 - 1
 EXPIRY_MARGIN = 0.05
-"""Seconds past an observed expiry before re-reading, so the database sees it lapsed."""
+"""Seconds past an observed deadline (a silence that may have run out) before re-reading."""
 _FIELDS = frozenset({"rid", "generation", "application", "completion", "state", "types", "load"})
 
 
@@ -189,7 +189,8 @@ class PeerChanged:
 
 @attrs.frozen
 class PeerDown:
-    """A run of a peer is no longer live: its record was deleted, lapsed or replaced."""
+    """A run of a peer is no longer live: its record was withdrawn, removed after its silence, or
+    replaced."""
 
     rid: NodeRid
     generation: NodeGeneration

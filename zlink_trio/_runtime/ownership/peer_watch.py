@@ -6,8 +6,16 @@ events (specs/mesh.md MESH-4, MESH-6, MESH-7, MESH-11, MESH-13, MESH-15, MESH-17
 it with the own record's lease (``lease``).
 
 Rule 1: the store is the truth, notifications are hints. Peers are re-read on every change
-hint, on every poll and when an observed lease runs out; a store that cannot be read leaves the
-last observation standing, it never makes peers up or down (MESH-4, MESH-11).
+hint, on every poll and when an observed silence may have run out; a store that cannot be read
+leaves the last observation standing, it never makes peers up or down (MESH-4, MESH-11).
+Rule 2: a peer is dead once it was seen silent long enough, with the store in sight. A record
+whose version stayed the same for ``silence`` (the lease plus its margin, ``fence.py``) on the
+database clock is deleted by the watch, conditional on that version, and reported down; of
+several watchers racing, one deletes and the others read it gone. The count starts over for
+every peer when the watch itself lost sight of the store: a failed read, a ``Resync``, or two
+successful reads further apart than ``gap`` (a long poll, a pause of this process). So an outage
+of the store, or of this watcher, never counts as the peers' silence: after it, each peer gets a
+whole ``silence`` to renew (MESH-6, MESH-20).
 """
 
 from __future__ import annotations
@@ -15,17 +23,22 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import attrs
 import trio
 
 from zlink_trio._integration.store import (
+    Applied,
+    Batch,
     Changed,
     ChangeSubscription,
+    Conflict,
+    Delete,
     Expired,
     Found,
+    IfVersion,
     Missing,
     Record,
     Resync,
@@ -57,6 +70,8 @@ class WatchStore(Protocol):
 
     async def read(self, key: str) -> Missing | Found: ...
 
+    async def write(self, batch: Batch) -> Applied | Conflict: ...
+
     async def scan(
         self, prefix: str, limit: int, cursor: str | None = None
     ) -> ScanPage | Expired: ...
@@ -64,19 +79,14 @@ class WatchStore(Protocol):
 
 @attrs.frozen
 class _Seen:
-    """One peer as last observed: its record, version and local lease deadline."""
+    """One peer as last observed: its record and version, and since when it is silent."""
 
     record: NodeRecord
     version: int
-    deadline: float | None
-    """``trio.current_time()`` by which the observed lease has run out; ``None`` if durable."""
-
-
-def _deadline(observed_at: float, expires_at: datetime | None, store_now: datetime) -> float | None:
-    # Measured from after the answer arrived, so the local deadline falls after the real expiry.
-    if expires_at is None:
-        return None
-    return observed_at + (expires_at - store_now).total_seconds()
+    since: datetime
+    """The database time from which this version's silence counts (Rule 2)."""
+    deadline: float
+    """``trio.current_time()`` by which the silence may have run out: look again then."""
 
 
 class PeerWatch:
@@ -84,9 +94,20 @@ class PeerWatch:
     subscribers told of each change, until :meth:`end`."""
 
     def __init__(
-        self, store: WatchStore, prefix: str, own_key: str, rid: NodeRid, *, poll_every: float
+        self,
+        store: WatchStore,
+        prefix: str,
+        own_key: str,
+        rid: NodeRid,
+        *,
+        poll_every: float,
+        silence: float,
     ) -> None:
         self._store = store
+        self._silence = timedelta(seconds=silence)
+        self._gap = timedelta(seconds=1.5 * poll_every)
+        self._last_ok: datetime | None = None
+        """The database time of the last successful read (Rule 2)."""
         self._prefix = prefix
         self._key = own_key
         self._rid = rid
@@ -143,7 +164,9 @@ class PeerWatch:
                     for key in keys:
                         await self._refresh_key(key)
                 else:
-                    # A poll, a lease that ran out, or a hint that changes were missed.
+                    if isinstance(event, Resync):
+                        self._last_ok = None  # changes were missed: silence counts again
+                    # A poll, a silence that may have run out, or missed changes.
                     await self.refresh_all()
                     next_poll = trio.current_time() + self._poll_every
                     healthy = True
@@ -151,12 +174,55 @@ class PeerWatch:
                 if error.kind != ErrorKind.UNAVAILABLE:
                     raise
                 _log.warning("could not read the peers of %s; trying again: %s", self._rid, error)
+                self._last_ok = None
                 next_poll = trio.current_time() + self._poll_every
                 healthy = False
 
     def _earliest_deadline(self) -> float:
-        deadlines = [seen.deadline for seen in self._peers.values() if seen.deadline is not None]
+        deadlines = [seen.deadline for seen in self._peers.values()]
         return min(deadlines, default=math.inf) + EXPIRY_MARGIN
+
+    def _in_sight(self, store_now: datetime) -> None:
+        """A read answered at ``store_now``: after a gap, every silence counts again (Rule 2)."""
+        last, self._last_ok = self._last_ok, store_now
+        if last is None or store_now - last > self._gap:
+            for rid, seen in self._peers.items():
+                deadline = trio.current_time() + self._silence.total_seconds()
+                self._peers[rid] = attrs.evolve(seen, since=store_now, deadline=deadline)
+
+    def _observe(
+        self, key: str, raw: bytes, version: int, store_now: datetime, observed_at: float
+    ) -> _Seen | None:
+        """What a read of ``key`` says, with the silence carried over while the version is
+        the same (Rule 2)."""
+        fresh = self._interpret(key, raw, version)
+        if fresh is None:
+            return None
+        old = self._peers.get(fresh.rid)
+        since = store_now
+        if old is not None and old.version == version:
+            since = old.since
+        left = (since + self._silence - store_now).total_seconds()
+        return _Seen(fresh, version, since, observed_at + max(0.0, left))
+
+    async def _end_silent(self, store_now: datetime) -> None:
+        """Delete the record of every peer silent for ``silence``, on its version (Rule 2)."""
+        for rid in sorted(self._peers, key=lambda item: item.value):
+            seen = self._peers.get(rid)
+            if seen is None or store_now - seen.since < self._silence:
+                continue
+            key = self._prefix + rid.value
+            deleted = await self._store.write(Batch([IfVersion(key, seen.version)], [Delete(key)]))
+            if isinstance(deleted, Applied):
+                _log.warning(
+                    "node %s (run %r) did not renew its record for %.1f s; removed it",
+                    rid,
+                    seen.record.generation,
+                    self._silence.total_seconds(),
+                )
+                self._apply(rid, None)
+            else:
+                await self._refresh_key(key)
 
     async def _scan(self) -> tuple[list[Record], datetime]:
         for _ in range(_SCAN_ATTEMPTS):
@@ -173,19 +239,21 @@ class PeerWatch:
         raise ZLinkError(ErrorKind.UNAVAILABLE, "the node records could not be scanned")
 
     async def refresh_all(self) -> None:
-        """Scan every record under the prefix and apply what changed since the last look."""
+        """Scan every record under the prefix, apply what changed since the last look, and end
+        the peers silent for too long (Rule 2)."""
         records, store_now = await self._scan()
         observed_at = trio.current_time()
+        self._in_sight(store_now)
         fresh: dict[NodeRid, _Seen] = {}
         for item in records:
-            deadline = _deadline(observed_at, item.expires_at, store_now)
-            seen = self._interpret(item.key, item.value, item.version, deadline)
+            seen = self._observe(item.key, item.value, item.version, store_now, observed_at)
             if seen is not None:
                 fresh[seen.record.rid] = seen
         present = {item.key for item in records}
         self._reported_bad = {k: v for k, v in self._reported_bad.items() if k in present}
         for rid in sorted(set(self._peers) | set(fresh), key=lambda item: item.value):
             self._apply(rid, fresh.get(rid))
+        await self._end_silent(store_now)
 
     async def _refresh_key(self, key: str) -> None:
         if key == self._key:
@@ -195,16 +263,17 @@ class PeerWatch:
         except (TypeError, ValueError):
             return  # no RID can sit under this key, so no peer is cached under it
         found = await self._store.read(key)
+        self._in_sight(found.store_now)
         if isinstance(found, Missing):
             self._reported_bad.pop(key, None)
             self._apply(rid, None)
             return
-        deadline = _deadline(trio.current_time(), found.expires_at, found.store_now)
-        self._apply(rid, self._interpret(key, found.value, found.version, deadline))
+        observed_at = trio.current_time()
+        self._apply(
+            rid, self._observe(key, found.value, found.version, found.store_now, observed_at)
+        )
 
-    def _interpret(
-        self, key: str, raw: bytes, version: int, deadline: float | None
-    ) -> _Seen | None:
+    def _interpret(self, key: str, raw: bytes, version: int) -> NodeRecord | None:
         """The peer a stored record describes, or ``None`` for the own key and for records that
         do not decode or name another RID than their key (logged once per version, MESH-15)."""
         if key == self._key:
@@ -218,7 +287,7 @@ class PeerWatch:
             self._report_bad(key, version, f"it names node {record.rid}")
             return None
         self._reported_bad.pop(key, None)
-        return _Seen(record, version, deadline)
+        return record
 
     def _report_bad(self, key: str, version: int, why: str) -> None:
         if self._reported_bad.get(key) != version:

@@ -63,7 +63,11 @@ class ReleaseBatcher:
         if not self._running:
             return await _write_one(self._store, key, version)  # Rule 4
         pending = _Pending(key, version)
-        self._send.send_nowait(pending)
+        try:
+            self._send.send_nowait(pending)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            # The flusher was cut short (its host is being torn down): write this one alone.
+            return await _write_one(self._store, key, version)
         await pending.done.wait()
         if isinstance(pending.result, ZLinkError):
             raise pending.result

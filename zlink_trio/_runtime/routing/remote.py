@@ -9,7 +9,7 @@ local reads the target's authority record (the resolve counts inside a request's
 keeps ``id -> owner`` in a cache. The cache forgets an entry when a store change hint names its
 key, on a ``Resync``, when the owner's node record goes away (``PeerDown``), and when the owner
 answers that it has no such target, so the next call resolves again. Misses are never cached.
-Rule 2: an owner that is not live is nobody. A record whose owner's node record has lapsed is
+Rule 2: an owner that is not live is nobody. A record whose owner's node record is gone is
 stale: a call to it ends with ``UNAVAILABLE`` (the owner is unreachable), and a claim may take it
 over (authority.py Rule 5), so a Spot of a killed host can be activated again elsewhere with a
 higher generation.

@@ -199,6 +199,7 @@ class Activation:
         token = enter_turn(Turn(self.shared_gate))
         self._turn_started()
         try:
+            await self.node.fence.wait_serving()
             if self._instance is None or self.state is ActivationState.CLOSED:
                 raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} has closed")
             return await callback(self._instance)
@@ -291,6 +292,7 @@ class Activation:
         await self.gate.acquire()
         token = enter_turn(Turn(self.shared_gate))
         try:
+            await node.fence.wait_serving()
             if not node.admitting:
                 # Sealed while the claim or the gate was awaited: nothing of the Spot runs after
                 # the seal, not even its constructor (SHUT-4.6); _finish releases the claim.
@@ -396,6 +398,7 @@ class Activation:
         self._turn_started()
         try:
             # A tick that got the gate after closing began does not start (TIMER-14, SPOT-43).
+            await self.node.fence.wait_serving()
             if self.state is ActivationState.READY:
                 await getattr(self._instance, method)(tick)
         finally:
@@ -417,6 +420,9 @@ class Activation:
                 else (envelope.message,)
             )
             try:
+                fence = self.node.fence
+                if not fence.serving:  # a turn starts only while the lease holds (MESH-21)
+                    await fence.wait_serving()
                 result = await method(*arguments)
             except Exception as error:
                 if envelope.reply_route is None:
@@ -444,6 +450,7 @@ class Activation:
         token = enter_turn(Turn(self.shared_gate))
         try:
             with trio.move_on_at(self._closing.deadline):
+                await self.node.fence.wait_serving()
                 await self._instance.on_closing(self._closing)
         except Exception:
             _log.exception("on_closing of %s raised; closing goes on", self.spot_id)
