@@ -546,3 +546,41 @@ async def test_a_remote_send_completes_at_local_admission(store_dsn: str) -> Non
                     await first.route.request_to_spot(room, Ask("full"), reply_type=Answer).submit()
             assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
             Holding.release.set()
+
+
+@pytest.mark.spec("SPOT-92", "SPOT-32", "SPOT-33", "SPOT-34")
+async def test_close_of_a_spot_owned_by_another_host_closes_it_there(store_dsn: str) -> None:
+    """``close(ref)`` from a host that does not own the Spot closes it on its owner: True, then
+    the id is gone there; False for an incarnation that no longer exists; INVALID_OPERATION for
+    a ref of another generation, as on the owner itself."""
+    room = fresh("room")
+    async with two_hosts(store_dsn) as (first, second):
+        created = await second.spots.get_or_create(room, "global.Room").submit()
+        ref = created.spot_ref
+        assert second.node_rid == ref.node_rid
+        stale = attrs.evolve(
+            ref, object_generation=zl.ObjectGeneration(ref.object_generation.value + 1)
+        )
+        with pytest.raises(zl.ZLinkError) as wrong:
+            await first.spots.close(stale)
+        assert zl.ErrorKind.INVALID_OPERATION == wrong.value.kind
+        assert await first.spots.close(ref) is True
+        with pytest.raises(zl.ZLinkError) as gone:
+            await second.route.request_to_spot(room, Ask("x"), reply_type=Answer).submit()
+        assert zl.ErrorKind.NOT_FOUND == gone.value.kind
+        assert await first.spots.close(ref) is False
+
+
+@pytest.mark.spec("SPOT-92")
+def test_the_framework_message_names_are_reserved() -> None:
+    """An application that declares a message under a name the framework uses for its own
+    messages between hosts is refused at start."""
+    mine = zl.Application()
+
+    @mine.message("zlink.CloseSpot")
+    @attrs.frozen
+    class Mine:
+        generation: int
+
+    with pytest.raises(zl.ConfigurationError, match="zlink.CloseSpot"):
+        mine.freeze()

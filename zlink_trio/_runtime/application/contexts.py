@@ -71,7 +71,7 @@ class HostReach:
     def spots(self) -> SpotManager:
         """The Spot manager."""
         self._live()
-        return SpotManager(self._messaging.spots)
+        return SpotManager(self._messaging)
 
     @property
     def actors(self) -> ActorManager:

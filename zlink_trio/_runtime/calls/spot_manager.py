@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from zlink_trio._runtime.calls.spot_calls import SpotCreateCall
 from zlink_trio._runtime.calls.targets import spot_id_of
-from zlink_trio._runtime.spots import creation
-from zlink_trio._runtime.spots.activation import Activation
-from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio.ids import SpotRef, StableTypeName
 
 __all__ = ["SpotManager"]
@@ -16,8 +14,9 @@ __all__ = ["SpotManager"]
 class SpotManager:
     """User Spot creation and closing; ``host.spots`` and ``context.spots``."""
 
-    def __init__(self, spots: SpotCatalog[Activation]) -> None:
-        self._spots = spots
+    def __init__(self, messaging: Messaging) -> None:
+        self._messaging = messaging
+        self._spots = messaging.spots
 
     def create(self, spot_type: str) -> SpotCreateCall:
         """A single-use call creating a User Spot of ``spot_type`` under a generated id (a
@@ -30,9 +29,10 @@ class SpotManager:
         return SpotCreateCall(self._spots, spot_id_of(spot_id), StableTypeName(spot_type))
 
     async def close(self, spot_ref: SpotRef) -> bool:
-        """Close exactly the incarnation ``spot_ref`` names: ``True`` once closed, ``False`` if it
-        no longer exists; ``INVALID_OPERATION`` for another generation or a non-User Spot,
-        ``UNAVAILABLE`` while it is already closing."""
+        """Close exactly the incarnation ``spot_ref`` names, on whichever host owns it: ``True``
+        once closed, ``False`` if it no longer exists; ``INVALID_OPERATION`` for another
+        generation or a non-User Spot, ``UNAVAILABLE`` while it is already closing or when its
+        host cannot be reached."""
         if not isinstance(spot_ref, SpotRef):
             raise TypeError(f"close() takes a SpotRef, not {type(spot_ref).__name__}")
-        return await creation.close(self._spots, spot_ref)
+        return await self._messaging.close(spot_ref)

@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 
 from zlink_trio._runtime.declarations.handlers import HandlerKind, mark_of, timer_name_of
+from zlink_trio._runtime.declarations.system import SYSTEM_MESSAGES
 from zlink_trio._wire.payload import MessageTypes
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import SpotKind, StableTypeName
@@ -126,6 +127,9 @@ def validate(
     problems: list[str] = []
     message_types = MessageTypes()
     taken: dict[StableTypeName, str] = {}
+    for name, cls in SYSTEM_MESSAGES:
+        message_types.register(name, cls)
+        taken[name] = f"the framework's message {cls.__qualname__}"
     for name, cls in messages:
         if name in taken:
             problems.append(

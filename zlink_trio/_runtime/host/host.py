@@ -89,7 +89,7 @@ class Host:
         self._tree = tree
         self.route = Route(messaging)
         """Sends and requests to Spots."""
-        self.spots = SpotManager(messaging.spots)
+        self.spots = SpotManager(messaging)
         """Create, get-or-create and close User Spots."""
         self.actors = ActorManager(messaging.actors)
         """Create, get-or-create, find and destroy Actors."""

@@ -248,6 +248,6 @@ class Membership:
                 await self._own.withdraw()
             if scope.cancelled_caught:
                 _log.warning(
-                    "withdrawing the node record of %s timed out; peers remove it after its silence",
+                    "withdrawing the node record of %s timed out; peers remove it once silent",
                     self.rid,
                 )

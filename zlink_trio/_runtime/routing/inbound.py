@@ -14,6 +14,9 @@ budget counts from arrival; a result that comes after it is not sent, because th
 transport has ended the call with ``DEADLINE_EXCEEDED`` by then. Everything else (an Actor
 target, no free permit, a closing incarnation to wait for) runs as a local request in a task of
 its own, in the nursery ``run`` keeps open while the host serves peers.
+Rule 4: a ``zlink.CloseSpot`` request is the framework's, not the application's: it closes the
+named incarnation here exactly as a local ``close(ref)`` would, in a task of its own, and is
+answered with what that returned (messaging.py Rule 7; SPOT-92).
 Rule 3: a full queue here is the owner's resource for the caller, so a caller on another host
 sees ``UNAVAILABLE``, never ``CAPACITY_EXCEEDED`` (ERR-5.11); and this host's shutdown is, for
 a caller whose own host runs on, an owner that went away: ``UNAVAILABLE``, never
@@ -29,19 +32,23 @@ import trio
 
 from zlink_trio._integration.transport import PeerRun
 from zlink_trio._runtime.declarations.handlers import HandlerKind
+from zlink_trio._runtime.declarations.system import CloseSpot, SpotClosed
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.local import InstanceChoice, resolve_spot
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio._runtime.spots import creation
 from zlink_trio._wire import ErrorReply, Reply, Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import ActorId, SpotId
+from zlink_trio.ids import ActorId, ObjectGeneration, SpotId, SpotRef, StableTypeName
 
 __all__ = ["Inbound"]
 
 _log = logging.getLogger("zlink_trio.runtime.remote")
+
+_CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
 
 
 class Inbound:
@@ -75,6 +82,9 @@ class Inbound:
             return
         # The budget counts from arrival, not from when the task gets to run.
         arrived = trio.current_time()
+        if message.message_type == _CLOSE_SPOT:
+            nursery.start_soon(self._inbound_close, origin, message)
+            return
         if not self._admit_request(origin, message, arrived):
             nursery.start_soon(self._inbound_request, origin, message, arrived)
 
@@ -158,6 +168,21 @@ class Inbound:
             _log.info(
                 "a send from %s to %s was not admitted: %s", origin.node_rid, message.target, error
             )
+
+    async def _inbound_close(self, origin: PeerRun, message: Request) -> None:
+        """A peer's ``close(ref)`` of a User Spot of this host (Rule 4)."""
+        node = self._node
+        try:
+            decoded = node.registry.messages.decode(message.message_type, message.payload)
+            target = message.target
+            if not isinstance(decoded, CloseSpot) or not isinstance(target, SpotId):
+                raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "a zlink.CloseSpot names a Spot id")
+            ref = SpotRef(target, ObjectGeneration(decoded.generation), node.mesh, node.node_rid)
+            closed = await creation.close(self._messaging.spots, ref)
+        except ZLinkError as error:
+            self._answer(origin, message, _for_caller(error))
+            return
+        self._answer(origin, message, SpotClosed(closed))
 
     async def _inbound_request(self, origin: PeerRun, message: Request, arrived: float) -> None:
         messaging = self._messaging

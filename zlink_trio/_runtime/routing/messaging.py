@@ -22,6 +22,9 @@ back in here with ``local=True`` so it is never forwarded again.
 Rule 6: a User Spot that this host is creating (claimed, not Ready yet) is waited for, a send
 without a bound and a request within its deadline, and the call then goes to the new Spot or,
 if the creation did not make one, ends ``NOT_FOUND`` (SPOT-90).
+Rule 7: ``close(ref)`` closes the incarnation where it lives: on this host directly, on the host
+``ref`` names through a ``zlink.CloseSpot`` request that the owner's inbound side answers with
+what its own ``close`` returned (SPOT-92).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.registry import Handler
+from zlink_trio._runtime.declarations.system import CloseSpot, SpotClosed
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import current_turn
@@ -49,10 +53,11 @@ from zlink_trio._runtime.routing.local import (
     resolve_spot,
 )
 from zlink_trio._runtime.routing.remote import STALE, Owner, Remote
+from zlink_trio._runtime.spots import creation
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import ActorId, MeshName, SpotId, StableTypeName
+from zlink_trio.ids import ActorId, MeshName, SpotId, SpotRef, StableTypeName
 
 __all__ = ["Messaging"]
 
@@ -176,6 +181,30 @@ class Messaging:
         # Outside the scope above: only reply_of's own scope may turn the deadline into a result,
         # after the pop race, so a reply that won the slot is never reported as a timeout.
         return await reply_of(node, entry, deadline, reply_type)
+
+    async def close(self, ref: SpotRef) -> bool:
+        """Close the User Spot incarnation ``ref`` names, here or at the host ``ref`` names
+        (Rule 7)."""
+        node = self.node
+        node.check_admitting()
+        remote = self.remote
+        if ref.node_rid == node.node_rid or ref.mesh_name != node.mesh or remote is None:
+            return await creation.close(self.spots, ref)
+        config = node.config
+        # The owner waits for on_closing and the record's release: the call gets as long, plus
+        # one request timeout for the way there and back.
+        wait = config.closing_timeout + config.store_release_timeout + config.request_timeout
+        answer = await remote.request(
+            Owner(ref.node_rid),
+            ref.spot_id,
+            CloseSpot(ref.object_generation.value),
+            SpotClosed,
+            {},
+            None,
+            trio.current_time() + wait,
+        )
+        assert isinstance(answer, SpotClosed)  # remote.request checked the reply's class
+        return answer.closed
 
     @staticmethod
     def _type_of(instance: InstanceChoice | None) -> StableTypeName | None:

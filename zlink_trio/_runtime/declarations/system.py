@@ -1,0 +1,35 @@
+"""The framework's own messages between hosts (specs/spots.md SPOT-92).
+
+Every registry carries them under names in the reserved ``zlink.`` namespace, so an
+application that declares one of these names gets a ``ConfigurationError`` at start. They
+travel as ordinary Requests and are answered by the owner host's inbound side
+(``routing/inbound.py``), never by a handler of the application.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from zlink_trio.ids import StableTypeName
+
+__all__ = ["SYSTEM_MESSAGES", "CloseSpot", "SpotClosed"]
+
+
+@attrs.frozen
+class CloseSpot:
+    """Close the User Spot incarnation of the target id with this object generation."""
+
+    generation: int
+
+
+@attrs.frozen
+class SpotClosed:
+    """The answer to ``CloseSpot``: what ``spots.close`` returned on the owner."""
+
+    closed: bool
+
+
+SYSTEM_MESSAGES: tuple[tuple[StableTypeName, type], ...] = (
+    (StableTypeName("zlink.CloseSpot"), CloseSpot),
+    (StableTypeName("zlink.SpotClosed"), SpotClosed),
+)
