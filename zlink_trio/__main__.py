@@ -84,6 +84,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect.add_argument("--dsn", help="the store's postgresql:// DSN (default: $ZLINK_STORE_DSN)")
     inspect.add_argument("--mesh", type=_mesh_name, help="only this mesh (default: every mesh)")
     inspect.add_argument("--json", action="store_true", help="print one JSON document")
+    retire = store_commands.add_parser(
+        "retire", help="delete every record of a mesh none of whose nodes is alive"
+    )
+    retire.add_argument("--dsn", help="the store's postgresql:// DSN (default: $ZLINK_STORE_DSN)")
+    retire.add_argument("--mesh", type=_mesh_name, required=True, help="the mesh to retire")
+    retire.add_argument(
+        "--silence",
+        type=float,
+        default=None,
+        help="seconds a node record must stay unchanged to count as dead (default 12: the "
+        "default lease of 10 s and its margin; use the mesh's own lease * 1.2)",
+    )
     demo = commands.add_parser(
         "demo", help="run a workload over several host processes and show what it did"
     )
@@ -96,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     node = commands.add_parser("node", help="run one host of an application until stopped")
     node.add_argument("--config", required=True, help="the node's TOML configuration file")
     args = parser.parse_args(argv)
+    if args.command == "store" and args.store_command == "retire":
+        return _store_retire(args.dsn, args.mesh, args.silence)
     if args.command == "store":
         return _store_inspect(args.dsn, args.mesh, as_json=args.json)
     if args.command == "demo":
@@ -150,6 +164,39 @@ def _store_inspect(dsn: str | None, mesh: MeshName | None, *, as_json: bool) -> 
         print(f"zlink-trio store inspect: {error}", file=sys.stderr)
         return 1
     print(_inspect.render_json(snapshot) if as_json else _inspect.render_text(snapshot))
+    return 0
+
+
+def _store_retire(dsn: str | None, mesh: MeshName, silence: float | None) -> int:
+    """``zlink-trio store retire`` (specs/inspect.md RETIRE-*; DEC-21)."""
+    from zlink_trio import _retire
+    from zlink_trio._integration.store import DSN_VARIABLE
+
+    dsn = dsn or os.environ.get(DSN_VARIABLE) or None
+    if dsn is None:
+        print(
+            f"zlink-trio store retire: no store: pass --dsn or set {DSN_VARIABLE}",
+            file=sys.stderr,
+        )
+        return 2
+    if silence is not None and not (0 < silence < 3600):
+        print("zlink-trio store retire: --silence takes 0 < seconds < 3600", file=sys.stderr)
+        return 2
+
+    def say(text: str) -> None:
+        print(f"zlink-trio store retire: {text}", flush=True)
+
+    try:
+        counted = _retire.retire(
+            dsn, mesh, _retire.DEFAULT_SILENCE if silence is None else silence, say
+        )
+    except _retire.RetireError as error:
+        print(f"zlink-trio store retire: {error}", file=sys.stderr)
+        return 1
+    say(
+        f"retired mesh {mesh.value}: {counted['node records']} node record(s), "
+        f"{counted['mesh keys']} key(s) under the mesh, {counted['actor keys']} Actor key(s)"
+    )
     return 0
 
 
