@@ -582,5 +582,41 @@ def test_the_framework_message_names_are_reserved() -> None:
     class Mine:
         generation: int
 
-    with pytest.raises(zl.ConfigurationError, match="zlink.CloseSpot"):
+    with pytest.raises(zl.ConfigurationError, match=r"zlink\.CloseSpot"):
         mine.freeze()
+
+
+@pytest.mark.spec("ROUTE-7", "DEC-23")
+async def test_a_host_that_no_longer_holds_a_target_answers_not_found_and_forwards_nothing(
+    store_dsn: str,
+) -> None:
+    """Host one still routes a Spot to host two after it moved to host three (its routing
+    cache is set to the old owner to force that instant): a send is dropped at host two, not
+    forwarded; a request ends NOT_FOUND without being re-sent, and the cache forgets, so the
+    next request reaches host three."""
+    seen.clear()
+    room = fresh("room")
+    config = zl.HostConfig(mesh=f"g-{uuid.uuid4().hex[:8]}", store_dsn=store_dsn)
+    async with (
+        zl.open_host(app, config) as one,
+        zl.open_host(app, config) as two,
+        zl.open_host(app, config) as three,
+    ):
+        with trio.fail_after(20):
+            first = await two.spots.get_or_create(room, "global.Room").submit()
+            ask = one.route.request_to_spot(room, Ask("a"), reply_type=Answer)
+            assert two.node_rid.value == (await ask.submit()).node_rid
+            assert await two.spots.close(first.spot_ref) is True
+            moved = await three.spots.get_or_create(room, "global.Room").submit()
+            assert three.node_rid == moved.spot_ref.node_rid
+            remote = one._messaging.remote
+            assert remote is not None
+            remote._cache[zl.SpotId(room)] = two.node_rid  # the instant the hosts disagree
+            await one.route.send_to_spot(room, Note("lost")).submit()
+            with pytest.raises(zl.ZLinkError) as stale:
+                await one.route.request_to_spot(room, Ask("b"), reply_type=Answer).submit()
+            assert zl.ErrorKind.NOT_FOUND == stale.value.kind
+            assert zl.SpotId(room) not in remote._cache
+            again = one.route.request_to_spot(room, Ask("c"), reply_type=Answer)
+            assert three.node_rid.value == (await again.submit()).node_rid
+        assert [] == [entry for entry in seen if entry[1].startswith("lost")]
