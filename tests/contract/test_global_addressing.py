@@ -620,3 +620,35 @@ async def test_a_host_that_no_longer_holds_a_target_answers_not_found_and_forwar
             again = one.route.request_to_spot(room, Ask("c"), reply_type=Answer)
             assert three.node_rid.value == (await again.submit()).node_rid
         assert [] == [entry for entry in seen if entry[1].startswith("lost")]
+
+
+@pytest.mark.spec("GLOBAL-13")
+async def test_the_janitors_sweep_reclaims_what_dead_runs_left_and_nothing_live(
+    store_dsn: str,
+) -> None:
+    """The sweep (what the janitor runs every SWEEP_LEASES leases) deletes a record whose owner
+    run has no node record, though no PeerDown was ever seen for it, and keeps the records of
+    the live hosts."""
+    ghost_room, live_room = fresh("ghost"), fresh("live")
+    async with two_hosts(store_dsn) as (first, second):
+        await second.spots.get_or_create(live_room, "global.Room").submit()
+        ghost = SpotAuthority(
+            first._node.authority._store,
+            first.mesh,
+            zl.NodeRid(fresh("ghost-node")),
+            zl.NodeGeneration.new(),
+        )
+        claimed = await ghost.claim(
+            zl.SpotId(ghost_room), zl.SpotKind.USER, zl.StableTypeName("global.Room")
+        )
+        assert isinstance(claimed, Claim)
+        janitor = min((first, second), key=lambda host: host.node_rid.value)
+        remote = janitor._tree.remote
+        assert remote is not None
+        await remote._reclaim(None)
+        authority = janitor._node.authority
+        assert await authority.read(zl.SpotId(ghost_room)) is None
+        assert await authority.read(zl.SpotId(live_room)) is not None
+        entries = [f"entry.{host.node_generation.value:016x}" for host in (first, second)]
+        for entry in entries:
+            assert await authority.read(zl.SpotId(entry)) is not None

@@ -146,13 +146,26 @@ async def test_a_cold_activation_in_flight_runs_no_constructor_after_the_seal(
 
 @pytest.mark.spec("SHUT-4.14")
 async def test_a_get_or_create_in_flight_ends_shutting_down_and_gives_its_claim_back(
-    store_dsn: str,
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A get_or_create whose claim is in flight when shutdown begins ends SHUTTING_DOWN, runs
-    no constructor and leaves no record in the store."""
+    no constructor and leaves no record in the store. The claim's store write is held until
+    shutdown has sealed admission, so the race is forced, not hoped for."""
     spot_id = f"r-{uuid.uuid4().hex[:10]}"
     host_config = config(store_dsn)
+    key = f"m/{host_config.mesh_name.value}/spot/{spot_id}"
     outcome: list[object] = []
+    claiming, release = trio.Event(), trio.Event()
+    real_write = LocationStore.write
+
+    async def held_write(self: LocationStore, batch: Batch) -> Applied | Conflict:
+        if any(
+            getattr(m, "key", None) == key and not isinstance(m, Delete) for m in batch.mutations
+        ):
+            claiming.set()
+            await release.wait()
+        return await real_write(self, batch)
+
     async with zl.open_host(app, host_config) as host:
 
         async def create() -> None:
@@ -162,15 +175,19 @@ async def test_a_get_or_create_in_flight_ends_shutting_down_and_gives_its_claim_
             except zl.ZLinkError as error:
                 outcome.append(error.kind)
 
+        monkeypatch.setattr(LocationStore, "write", held_write)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(create)
-            # Every task is blocked: the creation waits on the store for its claim.
-            await trio.testing.wait_all_tasks_blocked()
-            assert [] == outcome
+            with trio.fail_after(10):
+                await claiming.wait()
             nursery.start_soon(host.shutdown)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not host._node.admitting  # sealed while the claim is in flight
+            assert [] == outcome
+            release.set()
+    monkeypatch.undo()
     assert [zl.ErrorKind.SHUTTING_DOWN] == outcome
     assert spot_id not in constructed
-    key = f"m/{host_config.mesh_name.value}/spot/{spot_id}"
     assert isinstance(await stored(store_dsn, key), Missing)
 
 

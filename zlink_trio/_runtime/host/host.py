@@ -219,10 +219,12 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                 application_endpoint=mesh.application_endpoint,
                 completion_endpoint=mesh.completion_endpoint,
             )
-            await activations.start(entry.run)
             tree.membership = membership
             await nursery.start(tree.run_membership, membership, node)
             node.authority.check_liveness = True
+            # After the node record: a record this run claims always has a live owner to show,
+            # so no janitor's reclaim or sweep can take a starting run for a dead one.
+            await activations.start(entry.run)
             tree.remote = remote
             messaging.remote = remote
             # Routing owns the wire, so it hands a lost cold race's messages to the winner.

@@ -30,7 +30,8 @@ elsewhere and its generation only grows (GLOBAL rules in specs/global.md).
 Rule 6: a dead owner's records that nobody took over are reclaimed. ``reclaim(owner)`` scans the
 mesh's Spot records and the Actor records of the mesh and deletes, conditional on the version it
 read, each one held by a run of ``owner`` that is not live; a claim racing it wins or loses by the
-same version, so nothing live is ever deleted (GLOBAL-13).
+same version, so nothing live is ever deleted (GLOBAL-13). ``reclaim(None)`` is the sweep: the
+same for every owner run that is not live.
 """
 
 from __future__ import annotations
@@ -252,9 +253,10 @@ class SpotAuthority:
             return False
         return True
 
-    async def reclaim(self, owner: NodeRid) -> int:
-        """Delete the records of this mesh's Spots and Actors that a run of ``owner`` held, where
-        that run is not live (Rule 6); returns how many were deleted."""
+    async def reclaim(self, owner: NodeRid | None) -> int:
+        """Delete the records of this mesh's Spots and Actors that a run of ``owner`` held (of
+        any owner but this run, for ``None``: the sweep), where that run is not live (Rule 6);
+        returns how many were deleted."""
         stale: dict[tuple[NodeRid, NodeGeneration], bool] = {}
         removed = 0
         for prefix in (f"{self._prefix}spot/", "actor/"):
@@ -274,7 +276,9 @@ class SpotAuthority:
                         holder = SpotRecord.decode(record.value)
                     except (ValueError, KeyError, TypeError):
                         continue
-                    if holder.owner != owner or holder.mesh not in (None, self._mesh):
+                    if owner is not None and holder.owner != owner:
+                        continue
+                    if holder.mesh not in (None, self._mesh):
                         continue
                     run = (holder.owner, holder.owner_generation)
                     if run not in stale:

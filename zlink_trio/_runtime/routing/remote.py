@@ -26,6 +26,10 @@ Rule 7: a lost route is a gone owner until it comes back. When the transport's l
 reports a peer's route lost (silence past its window, a restart), calls to ids it owns end with
 ``UNAVAILABLE`` at once instead of waiting out their deadline for a route, and the routing cache
 forgets it, so the next call resolves the owner again; a ``RouteUp`` lifts it (ROUTE-12).
+Rule 8: the janitor sweeps. Besides reclaiming what a peer left when it sees its ``PeerDown``,
+the janitor scans the mesh's records every ``SWEEP_LEASES`` leases and reclaims those of any
+owner run that is not live, so a record is not left for good when the host that removed its
+owner's node record died before reclaiming (GLOBAL-13).
 Rule 6: shutdown settles in-flight remote requests through the transport. ``settle_all`` ends
 every request pending in the RouteMesh, and those still waiting for a route, with
 ``SHUTTING_DOWN``, so a remote request needs no cancel scope of its own.
@@ -53,9 +57,12 @@ from zlink_trio._wire import OperationId, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
 
-__all__ = ["STALE", "Owner", "Remote"]
+__all__ = ["STALE", "SWEEP_LEASES", "Owner", "Remote"]
 
 _log = logging.getLogger("zlink_trio.runtime.remote")
+
+SWEEP_LEASES = 30
+"""The janitor's sweep runs every this many node leases (5 minutes at the default lease)."""
 
 Target = SpotId | ActorId
 
@@ -273,6 +280,7 @@ class Remote:
             nursery.start_soon(self._follow_routes, mesh)
             nursery.start_soon(self._follow_store)
             nursery.start_soon(self._report_load)
+            nursery.start_soon(self._sweep_loop)
             task_status.started()
 
     async def _follow_peers(self, mesh: RouteMesh) -> None:
@@ -311,15 +319,24 @@ class Remote:
         own = self._node.node_rid.value
         return all(own < rid.value for rid in self._membership.peers())
 
-    async def _reclaim(self, owner: NodeRid) -> None:
-        """Delete the records ``owner`` left that nobody took over (authority.py Rule 6)."""
+    async def _sweep_loop(self) -> None:
+        """Every ``SWEEP_LEASES`` leases the janitor reclaims what any dead run left, also when
+        no ``PeerDown`` was seen for it (its remover died first, Rule 8)."""
+        while True:
+            await trio.sleep(SWEEP_LEASES * self._node.config.node_lease)
+            if self._is_janitor():
+                await self._reclaim(None)
+
+    async def _reclaim(self, owner: NodeRid | None) -> None:
+        """Delete the records ``owner`` (any owner, for ``None``) left that nobody took over
+        (authority.py Rule 6)."""
         try:
             removed = await self._node.authority.reclaim(owner)
         except ZLinkError as error:
             _log.warning("could not reclaim the records of %s: %s", owner, error)
             return
         if removed:
-            _log.info("reclaimed %d records that %s left", removed, owner)
+            _log.info("reclaimed %d records that %s left", removed, owner or "dead runs")
 
     async def _follow_routes(self, mesh: RouteMesh) -> None:
         async for change in mesh.route_changes:
