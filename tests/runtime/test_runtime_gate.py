@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
-from zlink_trio._runtime.engines.gate import ExecutionGate
+from zlink_trio._runtime.engines.gate import ExecutionGate, Turn
 
 
 @pytest.mark.spec("SPOT-74")
@@ -68,3 +69,53 @@ async def test_wait_outside_gives_the_gate_back_and_takes_it_again(
         nursery.start_soon(second)
     assert ["first waits", "second runs", "result"] == trace
     assert not gate.held
+
+
+@pytest.mark.spec("SPOT-70")
+async def test_a_turn_cancelled_while_waiting_outside_takes_the_gate_again_first() -> None:
+    """A turn cancelled while it waits outside still takes its gate again before the code after
+    the wait runs: it waits for the turn that holds the gate meanwhile, then ends holding it."""
+    gate = ExecutionGate()
+    trace: list[str] = []
+    other_holds = trio.Event()
+
+    async def other() -> None:
+        await gate.acquire()
+        other_holds.set()
+        # Give back only once the cancelled turn is stuck waiting for the gate.
+        await trio.testing.wait_all_tasks_blocked()
+        trace.append("other gives back")
+        gate.release()
+
+    async with trio.open_nursery() as nursery:
+        await gate.acquire()
+        with trio.CancelScope() as scope:
+
+            async def work() -> None:
+                nursery.start_soon(other)
+                await other_holds.wait()
+                scope.cancel()
+                await trio.sleep_forever()
+
+            await gate.wait_outside(work)
+        trace.append("after the wait")
+        assert scope.cancelled_caught
+        assert gate.held
+        gate.release()
+    assert ["other gives back", "after the wait"] == trace
+    assert not gate.held
+
+
+async def test_a_turn_without_a_shared_gate_refuses_to_yield() -> None:
+    """A lane turn (``gate=None``) cannot wait outside: it raises before running its hook or the
+    work, and the message names the rule (gate.py Rule 5)."""
+    ran: list[str] = []
+
+    async def work() -> None:
+        ran.append("work")
+
+    turn = Turn(None, on_yield=lambda: ran.append("hook"))
+    with pytest.raises(RuntimeError) as caught:
+        await turn.wait_outside(work)
+    assert "a turn without a shared gate cannot yield (gate.py Rule 5)" == str(caught.value)
+    assert [] == ran
