@@ -192,7 +192,7 @@ async def test_timeout_wins_and_the_late_reply_is_discarded(store_dsn: str) -> N
         )
 
 
-@pytest.mark.spec("CMP-9.10", "ERR-5.17", "CMP-9.1", "CMP-17.7")
+@pytest.mark.spec("CMP-9.10", "ERR-5.17")
 async def test_caller_cancellation_is_trio_cancelled_not_an_error(store_dsn: str) -> None:
     """A request inside a cancelled Trio scope ends with trio.Cancelled; the reply that comes
     later is discarded and the Spot keeps serving."""

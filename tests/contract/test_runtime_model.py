@@ -699,7 +699,6 @@ class HostModel(RuleBasedStateMachine):
 
 
 @pytest.mark.spec(
-    "CMP-17.7",
     "CMP-17.14",
     "CMP-17.18",
     "CMP-9.10",
