@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+import math
 
 import pytest
 import trio
 import trio.testing
 
+from zlink_trio._integration.transport.pending import PendingReplies
+from zlink_trio._integration.transport.routes import PeerRun
+from zlink_trio._runtime.declarations.handlers import HandlerKind
+from zlink_trio._runtime.declarations.registry import Handler
 from zlink_trio._runtime.engines.completion import CompletionDispatcher, Outcome, shutting_down
+from zlink_trio._runtime.node.envelope import reply
+from zlink_trio._wire import OperationId, Reply
+from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import NodeGeneration, NodeRid, StableTypeName
+
+HANDLER = Handler(HandlerKind.REQUEST, "ask", object, str, False)
 
 
 @pytest.mark.spec("CMP-10.1", "CMP-10.2", "CMP-17.14")
@@ -34,21 +46,28 @@ def test_entries_are_registered_with_distinct_routes_before_submission() -> None
 
 @pytest.mark.spec("CMP-11.2", "CMP-17.15", "CMP-11.3", "CMP-11.1")
 async def test_a_completion_runs_in_a_fresh_turn_not_on_the_settling_stack() -> None:
-    """deliver() returns before the completion runs; the lane runs it afterwards."""
+    """The reply path (node/envelope.py ``reply``) settles the slot and returns before the
+    completion runs; the lane runs it afterwards, in its own task, with nothing of the settling
+    path on its stack."""
     dispatcher = CompletionDispatcher()
-    ran: list[str] = []
+    ran: list[tuple[str, bool, bool]] = []
+    settling = False
+
+    def completion(outcome: Outcome) -> None:
+        on_stack = any(frame.function == "reply" for frame in inspect.stack())
+        ran.append((str(outcome.unwrap()), settling, on_stack))
+
     async with trio.open_nursery() as nursery:
         await nursery.start(dispatcher.run)
-        entry = dispatcher.register()
-        won = dispatcher.pop(entry.route)
-        assert won is entry
-        dispatcher.deliver(won, Outcome(value="reply"))
-        dispatcher.enqueue(lambda: ran.append("callback"))
-        assert [] == ran  # nothing ran on the settling path's stack
+        entry = dispatcher.register(completion)
+        settling = True
+        reply(dispatcher, entry.route, HANDLER, "reply", "spot")
+        assert 0 == dispatcher.in_flight  # settled: the slot is taken ...
+        assert [] == ran  # ... and nothing ran on the settling path's stack
+        settling = False
         with trio.fail_after(5):
-            assert "reply" == (await entry.wait()).unwrap()
-        await trio.testing.wait_all_tasks_blocked()
-        assert ["callback"] == ran
+            await trio.testing.wait_all_tasks_blocked()
+        assert [("reply", False, False)] == ran
         dispatcher.close()
 
 
@@ -86,7 +105,10 @@ async def test_close_drains_everything_accepted(autojump_clock: trio.abc.Clock) 
     """Completions accepted before close() all run before the lane ends; enqueueing never
     blocks, and the lane never holds more completions than calls were popped."""
     dispatcher = CompletionDispatcher()
-    entries = [dispatcher.register() for _ in range(1000)]
+    entries = [dispatcher.register() for _ in range(500)]
+    ran: list[Outcome] = []
+    for _ in range(500):
+        dispatcher.register(ran.append)
     settled = dispatcher.settle_all(shutting_down())
     assert 1000 == settled
     assert 0 == dispatcher.in_flight
@@ -94,8 +116,40 @@ async def test_close_drains_everything_accepted(autojump_clock: trio.abc.Clock) 
     dispatcher.close()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(dispatcher.run)
-        await dispatcher.wait_drained()
-    for entry in entries:
-        with pytest.raises(ZLinkError) as caught:
-            (await entry.wait()).unwrap()
-        assert ErrorKind.SHUTTING_DOWN == caught.value.kind
+        with trio.fail_after(5):  # a completion dropped for lack of room would never come
+            await dispatcher.wait_drained()
+            for entry in entries:
+                with pytest.raises(ZLinkError) as caught:
+                    (await entry.wait()).unwrap()
+                assert ErrorKind.SHUTTING_DOWN == caught.value.kind
+    # One completion per settled call ran, no more (CMP-11.5).
+    assert 500 == len(ran)
+    assert {ErrorKind.SHUTTING_DOWN} == {outcome.error.kind for outcome in ran if outcome.error}
+
+
+@pytest.mark.spec("CMP-17.15", "CMP-11.2")
+async def test_a_remote_reply_resumes_its_caller_in_a_new_turn() -> None:
+    """A request to a remote owner is settled by the transport's pending-reply table: the reader
+    that pops the entry only reschedules the parked caller, which resumes after the reader's
+    code has returned, never on its stack."""
+    table = PendingReplies()
+    route, entry = table.register(PeerRun(NodeRid("owner"), NodeGeneration(1)), math.inf)
+    resumed: list[tuple[bytes, bool]] = []
+    reading = False
+
+    async def caller() -> None:
+        await entry.wait()
+        assert isinstance(entry.outcome, Reply)
+        resumed.append((entry.outcome.payload, reading))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(caller)
+        await trio.testing.wait_all_tasks_blocked()
+        answer = Reply(
+            ReplyRouteId(route), OperationId.new(), NodeGeneration(1), StableTypeName("a"), b"r"
+        )
+        reading = True
+        assert table.complete(answer)  # the reader settles the request ...
+        assert [] == resumed  # ... and the caller has not run on its stack
+        reading = False
+    assert [(b"r", False)] == resumed
