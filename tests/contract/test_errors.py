@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import pickle
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -93,11 +95,75 @@ def test_no_error_surface_offers_a_retry_hint() -> None:
 
 @pytest.mark.spec("CMP-14.1")
 def test_errors_are_told_apart_by_kind_not_by_message() -> None:
-    """Two errors with the same text are different kinds; the same kind matches any text."""
-    cancelled_text = "cancelled while waiting"
-    business = zl.ZLinkError(zl.ErrorKind.INTERNAL_FAILURE, cancelled_text)
-    timeout = zl.ZLinkError(zl.ErrorKind.DEADLINE_EXCEEDED, cancelled_text)
-    shutdown = zl.ZLinkError(zl.ErrorKind.SHUTTING_DOWN, "")
-    assert business.kind is not timeout.kind
-    assert zl.ErrorKind.SHUTTING_DOWN is shutdown.kind
-    assert business.message == timeout.message
+    """Every kind stays the kind it was made with, whatever its message says, including a
+    message that names another kind or reads like one."""
+    texts = ["", "cancelled while waiting", "the request timed out", "the host is shutting down"]
+    texts += [kind.name for kind in zl.ErrorKind]
+    texts += [kind.name.lower().replace("_", " ") for kind in zl.ErrorKind]
+    for kind in zl.ErrorKind:
+        for text in texts:
+            error = zl.ZLinkError(kind, text)
+            assert kind is error.kind, (kind, text)
+            assert kind is pickle.loads(pickle.dumps(error)).kind, (kind, text)
+
+
+def _branches_on_message_text(tree: ast.AST) -> list[int]:
+    """Lines where code compares, searches or matches an error's text: ``x.message`` or
+    ``str(x)`` inside a comparison, a string method call, or a ``re`` call."""
+
+    def is_text(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute) and node.attr in ("message", "args"):
+            return True
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("str", "repr")
+            and len(node.args) == 1
+        )
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(is_text(o) for o in operands) and any(
+                isinstance(o, ast.Constant) and isinstance(o.value, str) for o in operands
+            ):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            func = node.func
+            if is_text(func.value) and func.attr in STRING_TESTS:
+                lines.append(node.lineno)
+            if (
+                isinstance(func.value, ast.Name)
+                and func.value.id == "re"
+                and any(is_text(a) for a in node.args)
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+STRING_TESTS = {"startswith", "endswith", "find", "index", "count", "__contains__", "lower"}
+
+
+@pytest.mark.spec("CMP-14.1")
+def test_no_code_path_branches_on_an_error_message() -> None:
+    """No module of zlink_trio compares, searches or matches an error's message text."""
+    root = Path(zl.__file__).parent
+    found = {
+        f"{path.relative_to(root)}:{line}"
+        for path in sorted(root.rglob("*.py"))
+        for line in _branches_on_message_text(ast.parse(path.read_text(), str(path)))
+    }
+    assert set() == found
+
+
+def test_the_message_scan_finds_a_branch_on_text() -> None:
+    """The scan above sees the shapes it looks for (a check is trusted once seen to fail)."""
+    source = """
+if "timed out" in error.message: pass
+if str(error) == "x": pass
+if error.message.startswith("no route"): pass
+if re.search("lost", error.message): pass
+if error.kind is ErrorKind.UNAVAILABLE: pass
+"""
+    assert [2, 3, 4, 5] == sorted(_branches_on_message_text(ast.parse(source)))
