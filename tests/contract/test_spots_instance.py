@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import uuid
 import weakref
+from typing import ClassVar
 
 import attrs
 import pytest
@@ -139,6 +140,32 @@ class Late(zl.InstanceSpot):
     @zl.packet_handler(Quit)
     async def quit(self, msg: Quit) -> None:
         await self.context.close()
+
+
+class Yielding:
+    """What ``inst.Yielder`` turns did, in order, and the events that hold them."""
+
+    trace: ClassVar[list[str]] = []
+    note_entered = trio.Event()
+    note_release = trio.Event()
+
+
+@app.instance_spot("inst.Yielder")
+class Yielder(zl.InstanceSpot):
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask) -> Answer:
+        call = self.context.route.request_to_spot("holder-y", Ask("hold"), reply_type=Answer)
+        signals.waiting.set()
+        answer = await call.instance_spot("inst.Holder").yield_()
+        Yielding.trace.append("after yield")
+        return answer
+
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note) -> None:
+        Yielding.trace.append("note begins")
+        Yielding.note_entered.set()
+        await Yielding.note_release.wait()
+        Yielding.trace.append("note ends")
 
 
 @app.user_spot("inst.Room")
@@ -301,6 +328,32 @@ async def test_yield_gives_the_gate_back_while_waiting(store_dsn: str) -> None:
                 await host.route.send_to_spot("c-5", Note("wake")).submit()
                 await signals.noted.wait()
                 signals.release.set()
+
+
+@pytest.mark.spec("SPOT-70", "CMP-2.7")
+async def test_yield_takes_the_gate_again_before_the_code_after_it(store_dsn: str) -> None:
+    """The result of a yield_() comes while another turn of the Spot holds the gate: the code
+    after yield_() waits until that turn has ended, so it runs in a new turn of its own."""
+    global signals
+    signals = Signals()
+    Yielding.trace = []
+    Yielding.note_entered, Yielding.note_release = trio.Event(), trio.Event()
+    async with zl.open_host(app, config(store_dsn)) as host:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+
+                async def ask() -> None:
+                    request = host.route.request_to_spot("y-1", Ask("yield"), reply_type=Answer)
+                    assert Answer("held") == await request.instance_spot("inst.Yielder").submit()
+
+                nursery.start_soon(ask)
+                await signals.waiting.wait()
+                await host.route.send_to_spot("y-1", Note("hold the gate")).submit()
+                await Yielding.note_entered.wait()  # the note's turn holds the gate now
+                signals.release.set()  # the yield_() gets its result while the gate is held
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                Yielding.note_release.set()
+    assert ["note begins", "note ends", "after yield"] == Yielding.trace
 
 
 @pytest.mark.spec("CMP-2.4", "SPOT-68")
