@@ -330,10 +330,11 @@ async def test_yield_gives_the_gate_back_while_waiting(store_dsn: str) -> None:
                 signals.release.set()
 
 
-@pytest.mark.spec("SPOT-70", "CMP-2.7")
+@pytest.mark.spec("SPOT-70", "CMP-2.7", "SPOT-74")
 async def test_yield_takes_the_gate_again_before_the_code_after_it(store_dsn: str) -> None:
     """The result of a yield_() comes while another turn of the Spot holds the gate: the code
-    after yield_() waits until that turn has ended, so it runs in a new turn of its own."""
+    after yield_() waits until that turn has ended, so it runs in a new turn of its own: the
+    Instance Spot never runs two turns at once (SPOT-74)."""
     global signals
     signals = Signals()
     Yielding.trace = []
