@@ -17,7 +17,7 @@ from zlink_trio._runtime.declarations.registry import Handler
 from zlink_trio._runtime.engines.completion import CompletionDispatcher, Outcome, shutting_down
 from zlink_trio._runtime.node.envelope import reply
 from zlink_trio._wire import OperationId, Reply
-from zlink_trio._wire.ids import ReplyRouteId
+from zlink_trio._wire.ids import U64_MAX, ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import NodeGeneration, NodeRid, StableTypeName
 
@@ -42,6 +42,16 @@ def test_entries_are_registered_with_distinct_routes_before_submission() -> None
     entries = [dispatcher.register() for _ in range(100)]
     assert 100 == dispatcher.in_flight
     assert 100 == len({entry.route for entry in entries})
+
+
+@pytest.mark.spec("CMP-10.7")
+def test_routes_count_up_from_one_and_wrap_past_the_u64_range_to_one() -> None:
+    """Routes are 1, 2, 3, ... within a node run; after ``U64_MAX`` the next is 1 again, never 0
+    and never outside the u64 range (completion.py ``register``)."""
+    dispatcher = CompletionDispatcher()
+    assert [1, 2, 3] == [dispatcher.register().route.value for _ in range(3)]
+    dispatcher._last_route = U64_MAX - 1  # where 2**64 - 2 calls would have left it
+    assert [U64_MAX, 1, 2] == [dispatcher.register().route.value for _ in range(3)]
 
 
 @pytest.mark.spec("CMP-11.2", "CMP-17.15", "CMP-11.3", "CMP-11.1")
@@ -153,3 +163,24 @@ async def test_a_remote_reply_resumes_its_caller_in_a_new_turn() -> None:
         assert [] == resumed  # ... and the caller has not run on its stack
         reading = False
     assert [(b"r", False)] == resumed
+
+
+async def test_a_callback_entry_completes_on_the_lane_and_has_no_waiter() -> None:
+    """An entry registered with a callback (completion.py Rule 5) is completed by running the
+    callback with its outcome on the lane, never on the settling stack; it has no waiter."""
+    dispatcher = CompletionDispatcher()
+    outcomes: list[Outcome] = []
+    entry = dispatcher.register(outcomes.append)
+    with pytest.raises(TypeError) as caught:
+        await entry.wait()
+    assert "an entry registered with a callback has no waiter" == str(caught.value)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dispatcher.run)
+        won = dispatcher.pop(entry.route)
+        assert won is entry
+        dispatcher.deliver(won, Outcome(value="reply"))
+        assert [] == outcomes
+        dispatcher.close()
+        with trio.fail_after(5):
+            await dispatcher.wait_drained()
+    assert [Outcome(value="reply")] == outcomes

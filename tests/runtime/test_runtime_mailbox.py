@@ -1,0 +1,88 @@
+"""The mailbox and the shared job permits (engines/mailbox.py): the answers the callers turn into
+CAPACITY_EXCEEDED, NOT_FOUND, UNAVAILABLE and SHUTTING_DOWN (specs/errors.md ERR-5.10,
+specs/completion.md CMP-7.9, CMP-7.10)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from zlink_trio._runtime.engines.mailbox import JobPermits, Mailbox
+from zlink_trio.errors import ErrorKind, ZLinkError
+
+
+def test_a_sealed_mailbox_refuses_offer_and_try_put_with_not_found_naming_its_owner() -> None:
+    """Once sealed, both admissions raise ``NOT_FOUND`` naming the owner; what was admitted before
+    stays readable."""
+    mailbox: Mailbox[str] = Mailbox(4)
+    mailbox.offer("first", "spot room-1")
+    mailbox.close()
+    for admit in (mailbox.offer, mailbox.try_put):
+        with pytest.raises(ZLinkError) as caught:
+            admit("late", "spot room-1")
+        assert ErrorKind.NOT_FOUND == caught.value.kind
+        assert "spot room-1 is closing" == caught.value.message
+    assert ["first"] == mailbox.take_all()
+
+
+def test_a_full_mailbox_refuses_offer_and_declines_try_put() -> None:
+    """A full queue: ``offer`` raises ``CAPACITY_EXCEEDED`` naming the owner, ``try_put`` says
+    ``False``; neither admits anything."""
+    mailbox: Mailbox[str] = Mailbox(1)
+    assert mailbox.try_put("first", "spot room-1")
+    with pytest.raises(ZLinkError) as caught:
+        mailbox.offer("second", "spot room-1")
+    assert ErrorKind.CAPACITY_EXCEEDED == caught.value.kind
+    assert "the queue of spot room-1 is full" == caught.value.message
+    assert not mailbox.try_put("third", "spot room-1")
+    assert ["first"] == mailbox.take_all()
+
+
+async def test_put_into_a_sealed_mailbox_says_false_at_once() -> None:
+    """``put`` into a mailbox sealed before it is called admits nothing and says ``False``."""
+    mailbox: Mailbox[str] = Mailbox(4)
+    mailbox.close()
+    assert not await mailbox.put("late")
+    assert [] == mailbox.take_all()
+
+
+async def test_put_waiting_for_room_says_false_when_the_mailbox_is_sealed() -> None:
+    """A ``put`` waiting for room ends with ``False`` when the mailbox is sealed meanwhile."""
+    mailbox: Mailbox[str] = Mailbox(1)
+    assert await mailbox.put("first")
+    results: list[bool] = []
+
+    async def waiting_put() -> None:
+        results.append(await mailbox.put("second"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiting_put)
+        await trio.testing.wait_all_tasks_blocked()
+        assert [] == results
+        mailbox.close()
+    assert [False] == results
+    assert ["first"] == mailbox.take_all()
+
+
+async def test_close_ends_a_wait_for_a_permit_with_false_and_no_permit() -> None:
+    """A wait for a permit that ``close()`` ends says ``False`` and takes no permit; a later
+    ``acquire`` says ``False`` at once, while a released permit can still be taken."""
+    permits = JobPermits(1)
+    assert permits.try_acquire()
+    results: list[bool] = []
+
+    async def waiting_acquire() -> None:
+        results.append(await permits.acquire())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiting_acquire)
+        await trio.testing.wait_all_tasks_blocked()
+        assert [] == results
+        permits.close()
+    assert [False] == results
+    assert 0 == permits.available
+    assert not await permits.acquire()
+    permits.release()
+    assert await permits.acquire()
+    assert 0 == permits.available
