@@ -272,7 +272,7 @@ async def test_a_send_waiting_for_room_ends_unavailable_when_its_target_closes(
 
 
 @pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
-@pytest.mark.spec("CMP-7.9")
+@pytest.mark.spec("CMP-7.9", "SHUT-4.7")
 async def test_a_send_waiting_for_room_ends_shutting_down_with_its_host(
     store_dsn: str, to_actor: bool
 ) -> None:
