@@ -53,7 +53,7 @@ from zlink_trio._runtime.declarations.values import (
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
 from zlink_trio._runtime.engines.mailbox import Mailbox
-from zlink_trio._runtime.node.envelope import Envelope, fail_one, reply
+from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, reply
 from zlink_trio._runtime.ownership.authority import Claim
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -234,6 +234,10 @@ class ActorActivation:
                 fence = self.node.fence
                 if not fence.serving:  # a turn starts only while the lease holds (MESH-21)
                     await fence.wait_serving()
+                late = expired(envelope, trio.current_time())
+                if late is not None:  # nobody waits for it any more (envelope.py Rule 3)
+                    fail_one(self.node.dispatcher, envelope, late)
+                    return []
                 result = await method(*arguments)
             except Exception as error:
                 if envelope.reply_route is None:

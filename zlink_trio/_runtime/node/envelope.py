@@ -5,6 +5,11 @@ Rule 1: a reply goes to whoever still waits. ``reply`` pops the caller's entry: 
 already stopped waiting (timeout, cancellation, shutdown) the reply is discarded (CMP-9.3).
 Rule 2: a reply is checked against its handler's declared reply class; any other value ends the
 call with ``INTERNAL_FAILURE`` naming the handler, never with a value of the wrong type.
+Rule 3: a request whose deadline passed while it was queued is not handled. Its caller has
+ended it with ``DEADLINE_EXCEEDED`` by then (locally through its own deadline, remotely through
+its transport), so running the handler would only do work nobody waits for; ``expired`` tells the
+turn to drop it (specs/completion.md CMP-9.11). The deadline already counts the time queued
+here: a remote request's deadline is fixed when it arrives.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from zlink_trio._runtime.engines.completion import CompletionDispatcher, Outcome
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["Envelope", "fail_one", "reply"]
+__all__ = ["Envelope", "expired", "fail_one", "reply"]
 
 _log = logging.getLogger("zlink_trio.runtime.mailbox")
 
@@ -59,6 +64,17 @@ def reply(
             )
         )
     dispatcher.deliver(entry, outcome)
+
+
+def expired(envelope: Envelope, now: float) -> ZLinkError | None:
+    """The error of a request whose deadline has passed by ``now`` (Rule 3), else ``None``."""
+    deadline = envelope.context.deadline
+    if envelope.reply_route is None or deadline is None or now < deadline:
+        return None
+    return ZLinkError(
+        ErrorKind.DEADLINE_EXCEEDED,
+        f"the request's deadline passed before request handler {envelope.handler.name} started",
+    )
 
 
 def fail_one(dispatcher: CompletionDispatcher, envelope: Envelope, error: ZLinkError) -> None:

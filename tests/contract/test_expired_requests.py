@@ -1,0 +1,135 @@
+"""A request whose deadline passed in the queue is not handled (specs/completion.md CMP-9.11)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+import zlink_trio as zl
+
+app = zl.Application()
+handled: list[int] = []
+
+
+class Gate:
+    entered = trio.Event()
+    release = trio.Event()
+
+
+@app.message("expired.Ask")
+@attrs.frozen
+class Ask:
+    n: int
+
+
+@app.message("expired.Hold")
+@attrs.frozen
+class Hold:
+    pass
+
+
+@app.message("expired.Answer")
+@attrs.frozen
+class Answer:
+    n: int
+    deadline: float | None
+
+
+@app.user_spot("expired.Room")
+class Room(zl.Spot):
+    @zl.request_handler(Hold, reply=Answer)
+    async def hold(self, _req: Hold) -> Answer:
+        Gate.entered.set()
+        await Gate.release.wait()
+        return Answer(0, None)
+
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask, ctx: zl.MessageContext) -> Answer:
+        handled.append(req.n)
+        return Answer(req.n, ctx.deadline)
+
+
+@app.actor("expired.Player")
+class Player(zl.Actor):
+    @zl.request_handler(Hold, reply=Answer)
+    async def hold(self, _req: Hold) -> Answer:
+        Gate.entered.set()
+        await Gate.release.wait()
+        return Answer(0, None)
+
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask) -> Answer:
+        handled.append(req.n)
+        return Answer(req.n, None)
+
+
+@asynccontextmanager
+async def hosts(store_dsn: str, count: int) -> AsyncIterator[list[zl.Host]]:
+    config = zl.HostConfig(mesh=f"exp-{uuid.uuid4().hex[:8]}", store_dsn=store_dsn)
+    async with zl.open_host(app, config) as first:
+        if count == 1:
+            yield [first]
+            return
+        async with zl.open_host(app, config) as second:
+            yield [first, second]
+
+
+@pytest.mark.spec("CMP-9.11")
+@pytest.mark.parametrize("where", ["local", "remote"])
+async def test_a_request_that_expired_in_the_queue_is_not_handled(
+    store_dsn: str, where: str
+) -> None:
+    """A request queued behind a turn that holds the Spot past the request's deadline ends
+    DEADLINE_EXCEEDED for its caller, and its handler never runs; a later request is handled
+    (it also shows the expired one's turn has come and gone, the queue being FIFO)."""
+    handled.clear()
+    Gate.entered, Gate.release = trio.Event(), trio.Event()
+    room = f"room-{uuid.uuid4().hex[:8]}"
+    async with hosts(store_dsn, 1 if where == "local" else 2) as running:
+        owner, caller = running[0], running[-1]
+        await owner.spots.get_or_create(room, "expired.Room").submit()
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                holding = owner.route.request_to_spot(room, Hold(), reply_type=Answer)
+                nursery.start_soon(holding.timeout(30).submit)
+                await Gate.entered.wait()
+                late = caller.route.request_to_spot(room, Ask(1), reply_type=Answer)
+                with pytest.raises(zl.ZLinkError) as ended:
+                    await late.timeout(0.3).submit()
+                assert zl.ErrorKind.DEADLINE_EXCEEDED == ended.value.kind
+                Gate.release.set()
+            answer = await caller.route.request_to_spot(room, Ask(2), reply_type=Answer).submit()
+        assert 2 == answer.n
+        assert [2] == handled
+
+
+@pytest.mark.spec("CMP-9.11")
+async def test_a_request_to_an_actor_that_expired_in_its_queue_is_not_handled(
+    store_dsn: str,
+) -> None:
+    """The same for an Actor's lane: the request queued behind a held turn past its deadline
+    is dropped when its turn would start."""
+    handled.clear()
+    Gate.entered, Gate.release = trio.Event(), trio.Event()
+    player = f"player-{uuid.uuid4().hex[:8]}"
+    async with hosts(store_dsn, 1) as (host,):
+        await host.actors.create(player, "expired.Player").submit()
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                holding = host.route.request_to_actor(player, Hold(), reply_type=Answer)
+                nursery.start_soon(holding.timeout(30).submit)
+                await Gate.entered.wait()
+                late = host.route.request_to_actor(player, Ask(1), reply_type=Answer)
+                with pytest.raises(zl.ZLinkError) as ended:
+                    await late.timeout(0.3).submit()
+                assert zl.ErrorKind.DEADLINE_EXCEEDED == ended.value.kind
+                Gate.release.set()
+            answer = await host.route.request_to_actor(player, Ask(2), reply_type=Answer).submit()
+        assert 2 == answer.n
+        assert [2] == handled
