@@ -327,6 +327,58 @@ async def test_a_stopped_owner_ends_calls_instead_of_hanging(store_dsn: str) -> 
         assert caught.value.kind in (zl.ErrorKind.NOT_FOUND, zl.ErrorKind.UNAVAILABLE)
 
 
+class PinnedCache(dict[Any, Any]):
+    """A routing cache that never forgets one id: the caller keeps naming an owner that left."""
+
+    def __init__(self, entries: dict[Any, Any], pinned: object) -> None:
+        super().__init__(entries)
+        self.pinned = pinned
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key == self.pinned:
+            return self.get(key, *default)
+        return super().pop(key, *default)
+
+    def __delitem__(self, key: Any) -> None:
+        if key != self.pinned:
+            super().__delitem__(key)
+
+    def clear(self) -> None:
+        pinned = self.get(self.pinned)
+        super().clear()
+        if pinned is not None:
+            self[self.pinned] = pinned
+
+
+@pytest.mark.spec("ROUTE-5")
+async def test_a_call_that_still_names_a_stopped_owner_ends_unavailable_at_once(
+    store_dsn: str,
+) -> None:
+    """The caller's routing cache still names the owner after that host shut down (pinned here,
+    so the store's hints cannot clear it first): the call ends UNAVAILABLE at once, not when
+    its timeout runs out."""
+    room = fresh("room")
+    async with two_hosts(store_dsn) as (first, second):
+        remote = first._messaging.remote
+        assert remote is not None
+        remote._cache = PinnedCache(remote._cache, zl.SpotId(room))
+        await second.spots.get_or_create(room, "global.Room").submit()
+        with trio.fail_after(15):
+            await first.route.request_to_spot(room, Ask("warm"), reply_type=Answer).submit()
+        owner = second.node_rid
+        await second.shutdown()
+        with trio.fail_after(15):
+            while owner not in remote._gone:  # the caller has seen the owner's record go
+                await trio.testing.wait_all_tasks_blocked(0.01)
+        assert owner == remote._cache[zl.SpotId(room)]
+        started = trio.current_time()
+        request = first.route.request_to_spot(room, Ask("x"), reply_type=Answer).timeout(10)
+        with trio.fail_after(15), pytest.raises(zl.ZLinkError) as caught:
+            await request.submit()
+        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+        assert trio.current_time() - started < 5
+
+
 @pytest.mark.spec("ROUTE-10")
 async def test_a_caller_whose_owner_shuts_down_sees_unavailable(store_dsn: str) -> None:
     """A request held at the owner when the owner host shuts down ends UNAVAILABLE for the
