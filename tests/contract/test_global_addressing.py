@@ -515,7 +515,7 @@ async def test_a_call_to_an_owner_whose_route_is_lost_is_unavailable_at_once(
         assert second.node_rid in first.peers  # the owner's node record is still live
 
 
-@pytest.mark.spec("ROUTE-8", "TRN-26")
+@pytest.mark.spec("ROUTE-8", "TRN-26", "GLOBAL-12")
 async def test_a_lost_cold_race_hands_sends_and_requests_to_the_winner_in_admission_order(
     store_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
