@@ -24,6 +24,11 @@ gives an entry that has no waiter: delivering it runs ``callback(outcome)`` on t
 completion, so the same pop decides and the callback runs in a fresh turn. Work received from a
 peer uses it to answer on the wire with no task of its own per request (routing/inbound.py
 Rule 2).
+Rule 6: the first settled result is the result, also against a later cancellation. The winner's
+outcome is on the entry (``settled``) the moment it pops the slot. A waiter cancelled before the
+lane has run that completion asks ``claim()`` whether its cancellation can still take the slot;
+when another path took it first, the wait ends with that outcome instead of ``trio.Cancelled``,
+and the caller's next checkpoint raises the cancellation (CMP-9.1, CMP-17.7).
 """
 
 from __future__ import annotations
@@ -63,22 +68,49 @@ class Outcome:
 class PendingCall:
     """The waiting side of one request: the one completion slot of its call (CMP-10.1)."""
 
-    __slots__ = ("_done", "_outcome", "route")
+    __slots__ = ("_outcome", "_waiter", "route", "settled")
 
     def __init__(self, route: ReplyRouteId) -> None:
         self.route = route
-        self._done = trio.Event()
         self._outcome: Outcome | None = None
+        self._waiter: trio.lowlevel.Task | None = None
+        self.settled: Outcome | None = None
+        """The outcome of the path that won the slot, from the moment it won (Rule 6)."""
 
     def complete(self, outcome: Outcome) -> None:
         """Record the outcome and wake the waiter; run by the dispatcher lane only."""
         self._outcome = outcome
-        self._done.set()
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            trio.lowlevel.reschedule(waiter)
 
-    async def wait(self) -> Outcome:
-        """Wait until the dispatcher has delivered this call's outcome."""
-        await self._done.wait()
-        assert self._outcome is not None  # set before the event, in complete()
+    async def wait(self, claim: Callable[[], bool] | None = None) -> Outcome:
+        """Wait until the dispatcher has delivered this call's outcome (Rule 6).
+
+        When the wait is cancelled, ``claim()`` (popping the slot for the cancellation) decides:
+        ``True``, the cancellation won and ``trio.Cancelled`` is raised; ``False``, another path
+        had won already and its outcome is returned at once (the caller's next checkpoint raises
+        ``trio.Cancelled``). Without ``claim`` a cancellation always ends the wait.
+        """
+        if self._outcome is None:
+            task = trio.lowlevel.current_task()
+            self._waiter = task
+
+            def abort(_raise_cancel: object) -> trio.lowlevel.Abort:
+                won = self.settled
+                if claim is None or claim() or won is None:
+                    self._waiter = None
+                    return trio.lowlevel.Abort.SUCCEEDED
+                # Another path settled the slot first: its outcome is the result (CMP-9.1).
+                self._waiter = None
+                self._outcome = won
+                trio.lowlevel.reschedule(task)
+                return trio.lowlevel.Abort.FAILED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        assert self._outcome is not None  # set before the waiter is woken
         return self._outcome
 
 
@@ -95,7 +127,7 @@ class _CallbackCall(PendingCall):
         """Run the callback with the outcome; run by the dispatcher lane only."""
         self._on_complete(outcome)
 
-    async def wait(self) -> Outcome:
+    async def wait(self, claim: Callable[[], bool] | None = None) -> Outcome:
         raise TypeError("an entry registered with a callback has no waiter")
 
 
@@ -132,7 +164,9 @@ class CompletionDispatcher:
         return self._pending.pop(route, None)
 
     def deliver(self, entry: PendingCall, outcome: Outcome) -> None:
-        """Queue the completion of a popped entry on the lane; never blocks, never fails."""
+        """Queue the completion of a popped entry on the lane; never blocks, never fails. The
+        entry knows its outcome at once (``settled``, Rule 6)."""
+        entry.settled = outcome
         self.enqueue(lambda: entry.complete(outcome))
 
     def enqueue(self, callback: Callable[[], object]) -> None:

@@ -156,20 +156,20 @@ async def reply_of(
 
 async def _settle(node: LocalNode, entry: PendingCall, deadline: float) -> object:
     dispatcher = node.dispatcher
-    try:
-        with trio.move_on_at(deadline):
-            outcome = await entry.wait()
-            return outcome.unwrap()
-    except trio.Cancelled:
-        # The caller's own cancellation claims the slot unless another path already did; in
-        # both cases the caller sees only its cancellation (CMP-9.10).
-        dispatcher.pop(entry.route)
-        raise
-    # The deadline passed: the timeout path competes for the same slot (CMP-10.2).
-    if dispatcher.pop(entry.route) is entry:
-        dispatcher.deliver(entry, Outcome(error=deadline_error(None)))
+
+    def claim() -> bool:
+        # The caller's cancellation or its deadline claims the slot unless another path
+        # already did; then that path's result stands (completion.py Rule 6; CMP-9.1).
+        return dispatcher.pop(entry.route) is entry
+
+    with trio.move_on_at(deadline) as scope:
+        outcome = await entry.wait(claim)
+        return outcome.unwrap()
+    # Only the deadline gets here: a cancellation from outside propagated as trio.Cancelled.
+    assert scope.cancelled_caught
+    # The timeout took the slot in claim(): its result goes through the lane like any other.
+    dispatcher.deliver(entry, Outcome(error=deadline_error(None)))
     with trio.CancelScope(shield=True):
-        # Whoever won has queued the completion; it runs in the lane's next turns.
         outcome = await entry.wait()
     return outcome.unwrap()
 
