@@ -3,6 +3,7 @@ specs/errors.md)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import attrs
@@ -126,18 +127,26 @@ async def test_sends_and_requests_to_a_missing_spot_or_handler_are_not_found(
 
 
 @pytest.mark.spec("ERR-5.9", "ERR-3.4")
-async def test_a_raising_request_handler_is_an_internal_failure_naming_the_class(
-    store_dsn: str,
+async def test_a_raising_request_handler_is_an_internal_failure_naming_the_handler(
+    store_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A request handler's exception reaches the caller as INTERNAL_FAILURE naming only its
-    class, and the Spot keeps serving."""
+    """A request handler's exception reaches the caller as INTERNAL_FAILURE naming the
+    handler, its Spot, the exception's class and text; the host logs the traceback once; the
+    Spot keeps serving."""
     async with zl.open_host(app, config(store_dsn)) as host:
         await started(store_dsn, host)
-        with pytest.raises(zl.ZLinkError) as caught:
+        with (
+            caplog.at_level(logging.ERROR, logger="zlink_trio"),
+            pytest.raises(zl.ZLinkError) as caught,
+        ):
             await host.route.request_to_spot("echo", Ask("fail"), reply_type=Answer).submit()
         assert zl.ErrorKind.INTERNAL_FAILURE == caught.value.kind
-        assert "KeyError" in caught.value.message
-        assert "private detail" not in caught.value.message
+        message = caught.value.message
+        assert "request handler ask of Spot echo raised KeyError: 'private detail'" == message
+        tracebacks = [r for r in caplog.records if r.exc_info and r.name.startswith("zlink_trio")]
+        assert 1 == len(tracebacks)
+        assert tracebacks[0].exc_info is not None
+        assert KeyError is tracebacks[0].exc_info[0]
         assert (
             Answer("OK")
             == await host.route.request_to_spot("echo", Ask("ok"), reply_type=Answer).submit()

@@ -55,8 +55,18 @@ class Room(zl.Spot):
         return Answer(req.n, ctx.deadline)
 
 
+@app.message("expired.Boom")
+@attrs.frozen
+class Boom:
+    pass
+
+
 @app.actor("expired.Player")
 class Player(zl.Actor):
+    @zl.request_handler(Boom, reply=Answer)
+    async def boom(self, _req: Boom) -> Answer:
+        raise ValueError("no such move")
+
     @zl.request_handler(Hold, reply=Answer)
     async def hold(self, _req: Hold) -> Answer:
         Gate.entered.set()
@@ -133,3 +143,19 @@ async def test_a_request_to_an_actor_that_expired_in_its_queue_is_not_handled(
             answer = await host.route.request_to_actor(player, Ask(2), reply_type=Answer).submit()
         assert 2 == answer.n
         assert [2] == handled
+
+
+@pytest.mark.spec("ERR-5.9")
+async def test_a_raising_actor_request_handler_names_handler_actor_class_and_text(
+    store_dsn: str,
+) -> None:
+    """The caller of an Actor whose request handler raises learns which handler of which Actor
+    raised what."""
+    player = f"player-{uuid.uuid4().hex[:8]}"
+    async with hosts(store_dsn, 1) as (host,):
+        await host.actors.create(player, "expired.Player").submit()
+        with pytest.raises(zl.ZLinkError) as caught:
+            await host.route.request_to_actor(player, Boom(), reply_type=Answer).submit()
+        assert zl.ErrorKind.INTERNAL_FAILURE == caught.value.kind
+        expected = f"request handler boom of Actor {player} raised ValueError: no such move"
+        assert expected == caught.value.message

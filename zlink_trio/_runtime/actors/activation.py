@@ -53,7 +53,7 @@ from zlink_trio._runtime.declarations.values import (
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
 from zlink_trio._runtime.engines.mailbox import Mailbox
-from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, reply
+from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, handler_failed, reply
 from zlink_trio._runtime.ownership.authority import Claim
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -243,10 +243,8 @@ class ActorActivation:
                 if envelope.reply_route is None:
                     _log.exception("packet handler %s of %s raised", handler.name, self.actor_id)
                     return []
-                result = ZLinkError(
-                    ErrorKind.INTERNAL_FAILURE,
-                    f"request handler {handler.name} raised {type(error).__name__}",
-                )
+                _log.exception("request handler %s of %s raised", handler.name, self.actor_id)
+                result = handler_failed(handler, f"Actor {self.actor_id}", error)
                 reply(self.node.dispatcher, envelope.reply_route, handler, result, self._name())
                 return []
             except trio.Cancelled:

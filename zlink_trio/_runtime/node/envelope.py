@@ -10,6 +10,9 @@ ended it with ``DEADLINE_EXCEEDED`` by then (locally through its own deadline, r
 its transport), so running the handler would only do work nobody waits for; ``expired`` tells the
 turn to drop it (specs/completion.md CMP-9.11). The deadline already counts the time queued
 here: a remote request's deadline is fixed when it arrives.
+Rule 4: a request handler that raises ends its call ``INTERNAL_FAILURE`` naming the handler, its
+owner, the exception's class and text (at most ``MAX_FAILURE_TEXT`` characters of it); the
+exception object never travels, and the owner host logs its traceback once (ERR-5.9).
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from zlink_trio._runtime.engines.completion import CompletionDispatcher, Outcome
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["Envelope", "expired", "fail_one", "reply"]
+__all__ = ["Envelope", "expired", "fail_one", "handler_failed", "reply"]
+
+MAX_FAILURE_TEXT = 1024
+"""Most characters of a raising handler's exception text that its caller's error carries."""
 
 _log = logging.getLogger("zlink_trio.runtime.mailbox")
 
@@ -64,6 +70,19 @@ def reply(
             )
         )
     dispatcher.deliver(entry, outcome)
+
+
+def handler_failed(handler: Handler, owner: str, error: Exception) -> ZLinkError:
+    """The caller's error for a request handler that raised ``error`` (Rule 4): it names the
+    handler, its Spot or Actor, the exception's class and text. The caller logs nothing; the
+    owner logs the traceback where it caught it."""
+    text = str(error)
+    if len(text) > MAX_FAILURE_TEXT:
+        text = text[:MAX_FAILURE_TEXT] + "..."
+    detail = f"{type(error).__qualname__}: {text}" if text else type(error).__qualname__
+    return ZLinkError(
+        ErrorKind.INTERNAL_FAILURE, f"request handler {handler.name} of {owner} raised {detail}"
+    )
 
 
 def expired(envelope: Envelope, now: float) -> ZLinkError | None:

@@ -76,7 +76,7 @@ from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
 from zlink_trio._runtime.engines.mailbox import Mailbox
 from zlink_trio._runtime.engines.timers import TimerTick
-from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, reply
+from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, handler_failed, reply
 from zlink_trio._runtime.ownership.authority import Claim, Held
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.timers import SpotTimers
@@ -432,7 +432,8 @@ class Activation:
                 if envelope.reply_route is None:
                     _log.exception("packet handler %s of %s raised", handler.name, self.spot_id)
                     return
-                result = _internal(f"request handler {handler.name} raised {type(error).__name__}")
+                _log.exception("request handler %s of %s raised", handler.name, self.spot_id)
+                result = handler_failed(handler, f"Spot {self.spot_id}", error)
             except trio.Cancelled:
                 self._fail_one(envelope, _gone(self.spot_id))
                 raise
