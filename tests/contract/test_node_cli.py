@@ -151,3 +151,59 @@ async def test_missing_config_file_exits_2(tmp_path: Path) -> None:
     done = await _run("node", "--config", str(tmp_path / "absent.toml"))
     assert 2 == done.returncode
     assert "cannot read it" in done.stderr.decode()
+
+
+@pytest.mark.spec("MESH-22")
+async def test_a_node_whose_run_lost_its_lease_comes_back_as_a_new_run(
+    tmp_path: Path, store_dsn: str
+) -> None:
+    """Its node record removed behind its back (what peers do to a run they saw silent), the
+    node's run ends with UNAVAILABLE and the command starts a new run with a new generation,
+    which then shuts down on SIGTERM as usual."""
+    from zlink_trio._integration.store import (
+        Batch,
+        Delete,
+        Found,
+        IfVersion,
+        StoreConfig,
+        open_stores,
+    )
+
+    mesh = f"node-{uuid.uuid4().hex[:8]}"
+    rid = f"node-cli-{uuid.uuid4().hex[:8]}"
+    config = _config(
+        tmp_path,
+        f'app = "node_app:app"\nmesh = "{mesh}"\nstore_dsn = {json.dumps(store_dsn)}\n'
+        f'node_rid = "{rid}"\nnode_lease = 2.0\n',
+    )
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "zlink_trio", "node", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_environ(),
+    )
+    try:
+        assert process.stdout is not None
+        with trio.fail_after(COMMAND_TIMEOUT):
+            first = (await _read_until(process.stdout, b"\n")).decode()
+        assert f"ready: node {rid} generation " in first
+        key = f"m/{mesh}/node/{rid}"
+        async with open_stores(StoreConfig(dsn=store_dsn, notifications=False)) as stores:
+            found = await stores.location.read(key)
+            assert isinstance(found, Found)
+            await stores.location.write(Batch([IfVersion(key, found.version)], [Delete(key)]))
+        seen = first
+        with trio.fail_after(COMMAND_TIMEOUT):
+            while not (seen.count("ready: node") == 2 and seen.endswith("\n")):
+                chunk = await process.stdout.receive_some(4096)
+                assert chunk, f"output ended: {seen}"
+                seen += chunk.decode()
+        assert "the run ended: " in seen
+        readies = [line for line in seen.splitlines() if "ready: node" in line]
+        assert 2 == len(readies)
+        assert readies[0].split("generation ")[1] != readies[1].split("generation ")[1]
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(COMMAND_TIMEOUT):
+            assert 0 == await process.wait()
+    finally:
+        await _close(process)
