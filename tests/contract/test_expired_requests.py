@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import attrs
@@ -90,57 +90,59 @@ async def hosts(store_dsn: str, count: int) -> AsyncIterator[list[zl.Host]]:
             yield [first, second]
 
 
+Asker = Callable[[zl.Host, object], Awaitable[Answer]]
+
+
+async def queued_past_its_deadline(owner: zl.Host, caller: zl.Host, ask: Asker) -> Answer:
+    """Hold the target with a turn (from ``owner``), let a request from ``caller`` time out
+    behind it, release the turn and return the answer to a later request: the queue being
+    FIFO, that answer also shows the expired request's turn has come and gone."""
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, owner, Hold())
+            await Gate.entered.wait()
+            with pytest.raises(zl.ZLinkError) as ended:
+                await ask(caller, (Ask(1), 0.3))
+            assert zl.ErrorKind.DEADLINE_EXCEEDED == ended.value.kind
+            Gate.release.set()
+        return await ask(caller, Ask(2))
+
+
+def asking(target: str, *, actor: bool) -> Asker:
+    """A request to the Spot or Actor ``target``; ``(message, timeout)`` sets a timeout."""
+
+    async def ask(host: zl.Host, what: object) -> Answer:
+        message, timeout = what if isinstance(what, tuple) else (what, 30.0)
+        route = host.route
+        if actor:
+            call = route.request_to_actor(target, message, reply_type=Answer)
+        else:
+            call = route.request_to_spot(target, message, reply_type=Answer)
+        return await call.timeout(timeout).submit()
+
+    return ask
+
+
 @pytest.mark.spec("CMP-9.11")
-@pytest.mark.parametrize("where", ["local", "remote"])
+@pytest.mark.parametrize("where", ["local", "remote", "actor"])
 async def test_a_request_that_expired_in_the_queue_is_not_handled(
     store_dsn: str, where: str
 ) -> None:
-    """A request queued behind a turn that holds the Spot past the request's deadline ends
-    DEADLINE_EXCEEDED for its caller, and its handler never runs; a later request is handled
-    (it also shows the expired one's turn has come and gone, the queue being FIFO)."""
+    """A request queued behind a turn that holds its Spot (on its own host or another) or its
+    Actor past the request's deadline ends DEADLINE_EXCEEDED for its caller, and its handler
+    never runs; a later request is handled."""
     handled.clear()
     Gate.entered, Gate.release = trio.Event(), trio.Event()
-    room = f"room-{uuid.uuid4().hex[:8]}"
-    async with hosts(store_dsn, 1 if where == "local" else 2) as running:
+    target = f"target-{uuid.uuid4().hex[:8]}"
+    async with hosts(store_dsn, 2 if where == "remote" else 1) as running:
         owner, caller = running[0], running[-1]
-        await owner.spots.get_or_create(room, "expired.Room").submit()
-        with trio.fail_after(20):
-            async with trio.open_nursery() as nursery:
-                holding = owner.route.request_to_spot(room, Hold(), reply_type=Answer)
-                nursery.start_soon(holding.timeout(30).submit)
-                await Gate.entered.wait()
-                late = caller.route.request_to_spot(room, Ask(1), reply_type=Answer)
-                with pytest.raises(zl.ZLinkError) as ended:
-                    await late.timeout(0.3).submit()
-                assert zl.ErrorKind.DEADLINE_EXCEEDED == ended.value.kind
-                Gate.release.set()
-            answer = await caller.route.request_to_spot(room, Ask(2), reply_type=Answer).submit()
-        assert 2 == answer.n
-        assert [2] == handled
-
-
-@pytest.mark.spec("CMP-9.11")
-async def test_a_request_to_an_actor_that_expired_in_its_queue_is_not_handled(
-    store_dsn: str,
-) -> None:
-    """The same for an Actor's lane: the request queued behind a held turn past its deadline
-    is dropped when its turn would start."""
-    handled.clear()
-    Gate.entered, Gate.release = trio.Event(), trio.Event()
-    player = f"player-{uuid.uuid4().hex[:8]}"
-    async with hosts(store_dsn, 1) as (host,):
-        await host.actors.create(player, "expired.Player").submit()
-        with trio.fail_after(20):
-            async with trio.open_nursery() as nursery:
-                holding = host.route.request_to_actor(player, Hold(), reply_type=Answer)
-                nursery.start_soon(holding.timeout(30).submit)
-                await Gate.entered.wait()
-                late = host.route.request_to_actor(player, Ask(1), reply_type=Answer)
-                with pytest.raises(zl.ZLinkError) as ended:
-                    await late.timeout(0.3).submit()
-                assert zl.ErrorKind.DEADLINE_EXCEEDED == ended.value.kind
-                Gate.release.set()
-            answer = await host.route.request_to_actor(player, Ask(2), reply_type=Answer).submit()
+        if where == "actor":
+            await owner.actors.create(target, "expired.Player").submit()
+        else:
+            await owner.spots.get_or_create(target, "expired.Room").submit()
+        answer = await queued_past_its_deadline(
+            owner, caller, asking(target, actor=where == "actor")
+        )
         assert 2 == answer.n
         assert [2] == handled
 

@@ -63,6 +63,15 @@ async def _nodes(store_dsn: str, mesh: str) -> list[str]:
     return [node["rid"] for node in document["meshes"][mesh]["nodes"]]
 
 
+async def _start_node(config: Path) -> trio.Process:
+    return await trio.lowlevel.open_process(
+        [sys.executable, "-m", "zlink_trio", "node", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_environ(),
+    )
+
+
 async def _read_until(stream: trio.abc.ReceiveStream, marker: bytes) -> bytes:
     seen = b""
     while marker not in seen:
@@ -85,12 +94,7 @@ async def test_node_runs_until_sigterm_and_withdraws_its_record(
         f'app = "node_app:app"\nmesh = "{mesh}"\nstore_dsn = {json.dumps(store_dsn)}\n'
         f'node_rid = "{rid}"\nrequest_timeout = 2.5\n',
     )
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "zlink_trio", "node", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_environ(),
-    )
+    process = await _start_node(config)
     try:
         assert process.stdout is not None
         with trio.fail_after(COMMAND_TIMEOUT):
@@ -176,12 +180,7 @@ async def test_a_node_whose_run_lost_its_lease_comes_back_as_a_new_run(
         f'app = "node_app:app"\nmesh = "{mesh}"\nstore_dsn = {json.dumps(store_dsn)}\n'
         f'node_rid = "{rid}"\nnode_lease = 2.0\n',
     )
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "zlink_trio", "node", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_environ(),
-    )
+    process = await _start_node(config)
     try:
         assert process.stdout is not None
         with trio.fail_after(COMMAND_TIMEOUT):
