@@ -176,8 +176,10 @@ async def _read(stores: Stores, mesh: MeshName | None) -> Snapshot:
     return Snapshot(store_now, dict(sorted(meshes.items())), actors, actor_undecodable)
 
 
-async def _inspect(dsn: str, mesh: MeshName | None) -> Snapshot:
-    config = StoreConfig(
+def operator_store(dsn: str) -> StoreConfig:
+    """The small store connection an operator's command uses: no notifications, a pool of at
+    most three, ``STORE_TIMEOUT`` on every call (also ``store retire``)."""
+    return StoreConfig(
         dsn=dsn,
         pool_min_size=1,
         pool_max_size=3,
@@ -185,7 +187,10 @@ async def _inspect(dsn: str, mesh: MeshName | None) -> Snapshot:
         startup_timeout=STORE_TIMEOUT,
         notifications=False,
     )
-    async with open_stores(config) as stores:
+
+
+async def _inspect(dsn: str, mesh: MeshName | None) -> Snapshot:
+    async with open_stores(operator_store(dsn)) as stores:
         return await _read(stores, mesh)
 
 

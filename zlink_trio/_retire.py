@@ -21,6 +21,7 @@ from datetime import timedelta
 
 import trio
 
+from zlink_trio._inspect import operator_store
 from zlink_trio._integration.store import (
     Applied,
     Batch,
@@ -29,7 +30,6 @@ from zlink_trio._integration.store import (
     Found,
     IfVersion,
     Record,
-    StoreConfig,
     Stores,
     open_stores,
 )
@@ -44,7 +44,6 @@ DEFAULT_SILENCE = 12.0
 """Seconds of silence that prove a node dead: the default lease (10 s) and its margin."""
 _BATCH = 500
 _PAGE = 500
-_STORE_TIMEOUT = 10.0
 
 
 class RetireError(Exception):
@@ -111,16 +110,8 @@ async def _delete(
 async def _retire(
     dsn: str, mesh: MeshName, silence: float, say: Callable[[str], None]
 ) -> dict[str, int]:
-    config = StoreConfig(
-        dsn=dsn,
-        pool_min_size=1,
-        pool_max_size=3,
-        operation_timeout=_STORE_TIMEOUT,
-        startup_timeout=_STORE_TIMEOUT,
-        notifications=False,
-    )
     prefix = f"m/{mesh.value}/"
-    async with open_stores(config) as stores:
+    async with open_stores(operator_store(dsn)) as stores:
         nodes = await _wait_for_silence(stores, f"{prefix}node/", silence, say)
         keys = [record.key for record in await _scan(stores, prefix)]
         joined = sorted(k for k in keys if k.startswith(f"{prefix}node/") and k not in nodes)
