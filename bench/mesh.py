@@ -286,8 +286,17 @@ async def request_echo(host: zl.Host) -> None:
 
 
 async def server_count(host: zl.Host, reset: bool) -> int:
-    request = host.route.request_to_spot(SPOT, GetCount(reset), reply_type=Count)
-    return (await request.timeout(60.0).submit()).value
+    """The server Spot's count. While one-way sends still wait for it on the server, the Spot
+    is full and refuses requests UNAVAILABLE (specs/overload.md): ask again until it answers."""
+    with trio.fail_after(60.0):
+        while True:
+            request = host.route.request_to_spot(SPOT, GetCount(reset), reply_type=Count)
+            try:
+                return (await request.timeout(60.0).submit()).value
+            except zl.ZLinkError as error:
+                if error.kind is not zl.ErrorKind.UNAVAILABLE:
+                    raise
+            await trio.sleep(0.01)
 
 
 async def measure_ours(host: zl.Host, server_pid: int, counts: Counts) -> tuple[Figures, int]:

@@ -106,9 +106,11 @@ class HostConfig:
     app_job_queue_size: int = 65536
     """Permits of the host's shared application job queue, 1..2**31-1 (REG-8.1): every
     admitted message holds one until its turn ends; with none free, senders wait (ERR-8.1)."""
-    mailbox_limit: int = 65536
+    mailbox_limit: int = 1024
     """Most messages one Spot's or Actor's own queue holds, 1..2**31-1; a request finding it
-    full ends with ``CAPACITY_EXCEEDED``, a send waits for room (ERR-5.10, CMP-5.1)."""
+    full ends with ``CAPACITY_EXCEEDED``, a send waits for room (ERR-5.10, CMP-5.1). The default
+    is 1/64 of ``app_job_queue_size``'s, so one busy Spot cannot take every job permit of its
+    host (specs/overload.md OVL-4)."""
     bind_host: str = "127.0.0.1"
     """The address the transport binds its two endpoints on (ports chosen by the OS); peers
     reach this host at the endpoints it publishes in its node record."""

@@ -17,6 +17,10 @@ its own, in the nursery ``run`` keeps open while the host serves peers.
 Rule 4: a ``zlink.CloseSpot`` request is the framework's, not the application's: it closes the
 named incarnation here exactly as a local ``close(ref)`` would, in a task of its own, and is
 answered with what that returned (messaging.py Rule 7; SPOT-92).
+Rule 5: a send from a peer never makes the reader wait for its target: what cannot be admitted
+at once waits in that target's backlog (``backlog.py``, OVL-1), fed by a task of its own in the
+nursery ``run`` keeps open; only when every backlog together is full does the reader wait
+(OVL-3). Sends to Actors are admitted as before (OVL-1 names them pending).
 Rule 3: a full queue here is the owner's resource for the caller, so a caller on another host
 sees ``UNAVAILABLE``, never ``CAPACITY_EXCEEDED`` (ERR-5.11); and this host's shutdown is, for
 a caller whose own host runs on, an owner that went away: ``UNAVAILABLE``, never
@@ -36,6 +40,7 @@ from zlink_trio._runtime.declarations.system import CloseSpot, SpotClosed
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.routing.backlog import Backlogs
 from zlink_trio._runtime.routing.local import InstanceChoice, resolve_spot
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.remote import Remote
@@ -59,6 +64,7 @@ class Inbound:
         self._node = messaging.node
         self._remote = remote
         self._nursery: trio.Nursery | None = None
+        self._backlogs = Backlogs(messaging)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the nursery of inbound requests open until cancelled (Rule 2)."""
@@ -84,6 +90,12 @@ class Inbound:
         arrived = trio.current_time()
         if message.message_type == _CLOSE_SPOT:
             nursery.start_soon(self._inbound_close, origin, message)
+            return
+        target = message.target
+        if type(target) is SpotId and (waiting := self._backlogs.holds(target)):
+            # Full, with sends that came first still waiting: refused, never ahead of them.
+            full = f"Spot {target} is full: {waiting} messages from peers wait for it"
+            self._answer(origin, message, ZLinkError(ErrorKind.UNAVAILABLE, full))
             return
         if not self._admit_request(origin, message, arrived):
             nursery.start_soon(self._inbound_request, origin, message, arrived)
@@ -159,11 +171,18 @@ class Inbound:
         try:
             decoded = node.registry.messages.decode(message.message_type, message.payload)
             metadata = dict(message.metadata)
-            if isinstance(message.target, ActorId):
-                await messaging.send_actor(message.target, decoded, metadata, local=True)
-            else:
-                instance = _instance_of(message)
-                await messaging.send(message.target, decoded, metadata, instance, None, local=True)
+            target = message.target
+            if isinstance(target, ActorId):
+                await messaging.send_actor(target, decoded, metadata, local=True)
+                return
+            instance = _instance_of(message)
+            backlogs, nursery = self._backlogs, self._nursery
+            if backlogs.try_admit(target, decoded, metadata, instance):
+                return
+            if nursery is None:
+                raise ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving peers any more")
+            # Never wait here for one target: the others keep being served (Rule 5).
+            await backlogs.park(nursery, origin.node_rid, target, decoded, metadata, instance)
         except ZLinkError as error:
             _log.info(
                 "a send from %s to %s was not admitted: %s", origin.node_rid, message.target, error

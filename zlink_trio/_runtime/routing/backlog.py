@@ -1,0 +1,144 @@
+"""One-way messages from peers that cannot be admitted at once wait per target, not in the
+transport's reader (specs/overload.md OVL-1, OVL-3).
+
+Rule 1: the reader never waits for one target. A send from a peer to a Spot is admitted on the
+spot when a job permit and mailbox room are free (``try_admit``: no checkpoint, no task).
+Otherwise, or while earlier messages to the same target still wait, it joins that target's
+backlog, in arrival order, and one feeder task per target admits the backlog through the
+ordinary waiting send (``Messaging.send(local=True)``), so the order per sender and target is
+the order of arrival and every other target keeps being served (OVL-1).
+Rule 2: the backlogs together are bounded. Past ``limit`` parked messages the reader waits until
+a feeder has admitted one, so memory stays bounded when many targets are slow at once; the
+first wait of each episode is logged (OVL-3).
+Rule 4: a request never overtakes a backlog. A request from a peer to a Spot whose backlog is not
+empty finds that Spot full: it is answered ``UNAVAILABLE`` at once (the owner's queue is full,
+ERR-5.11), so it is neither handled before the sends that came first nor held behind them.
+Rule 3: what a feeder cannot admit (the Spot closed, the host shuts down) is logged and dropped,
+as the reader did before: the sender's call completed at its own transport (CMP-4.3).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Mapping
+
+import trio
+
+from zlink_trio._runtime.declarations.handlers import HandlerKind
+from zlink_trio._runtime.declarations.values import MessageContext
+from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.routing.local import InstanceChoice, resolve_spot
+from zlink_trio._runtime.routing.messaging import Messaging
+from zlink_trio.errors import ZLinkError
+from zlink_trio.ids import NodeRid, SpotId
+
+__all__ = ["BACKLOG_LIMIT", "Backlogs"]
+
+_log = logging.getLogger("zlink_trio.runtime.remote")
+
+BACKLOG_LIMIT = 65_536
+"""Most one-way messages from peers parked across all targets of a host (Rule 2)."""
+
+_Parked = tuple[NodeRid, object, Mapping[str, str], InstanceChoice | None]
+
+
+class Backlogs:
+    """The per-target backlogs of one host's inbound one-way messages (Rules 1-3)."""
+
+    def __init__(self, messaging: Messaging, limit: int = BACKLOG_LIMIT) -> None:
+        self._messaging = messaging
+        self._limit = limit
+        self._queues: dict[SpotId, collections.deque[_Parked]] = {}
+        self._parked = 0
+        self._room = trio.Event()
+        self._overloaded = False
+
+    def holds(self, spot_id: SpotId) -> int:
+        """How many messages from peers wait for ``spot_id`` (0 when none)."""
+        queue = self._queues.get(spot_id)
+        return 0 if queue is None else len(queue)
+
+    @property
+    def parked(self) -> int:
+        """How many messages wait in backlogs now (for tests and diagnostics)."""
+        return self._parked
+
+    def try_admit(
+        self,
+        spot_id: SpotId,
+        message: object,
+        metadata: Mapping[str, str],
+        instance: InstanceChoice | None,
+    ) -> bool:
+        """Admit ``message`` now if nothing of its target waits and nothing has to wait;
+        ``False`` when it must be parked (Rule 1). Errors raise as from ``Messaging.send``."""
+        if spot_id in self._queues:
+            return False
+        node = self._messaging.node
+        node.check_admitting()
+        jobs = node.jobs
+        if not jobs.try_acquire():
+            return False
+        try:
+            found = resolve_spot(
+                self._messaging.spots, spot_id, type(message), HandlerKind.PACKET, instance, True
+            )
+            if isinstance(found, tuple):
+                activation, handler = found
+                envelope = Envelope(message, handler, MessageContext(spot_id, metadata), None)
+                if activation.try_put(envelope):
+                    return True
+        except BaseException:
+            jobs.release()
+            raise
+        jobs.release()
+        return False
+
+    async def park(
+        self,
+        nursery: trio.Nursery,
+        origin: NodeRid,
+        spot_id: SpotId,
+        message: object,
+        metadata: Mapping[str, str],
+        instance: InstanceChoice | None,
+    ) -> None:
+        """Add ``message`` to its target's backlog, starting the target's feeder if it has
+        none; waits only while the backlogs are full (Rule 2)."""
+        while self._parked >= self._limit:
+            if not self._overloaded:
+                self._overloaded = True
+                _log.warning(
+                    "%d one-way messages from peers wait for their Spots; reading from peers "
+                    "pauses until they are admitted",
+                    self._parked,
+                )
+            await self._room.wait()
+        self._overloaded = False
+        queue = self._queues.get(spot_id)
+        if queue is None:
+            queue = self._queues[spot_id] = collections.deque()
+            nursery.start_soon(self._feed, spot_id, queue)
+        queue.append((origin, message, metadata, instance))
+        self._parked += 1
+
+    async def _feed(self, spot_id: SpotId, queue: collections.deque[_Parked]) -> None:
+        """Admit ``spot_id``'s backlog in order through the waiting send (Rules 1, 3)."""
+        messaging = self._messaging
+        try:
+            while queue:
+                origin, message, metadata, instance = queue[0]
+                try:
+                    await messaging.send(spot_id, message, metadata, instance, None, local=True)
+                except ZLinkError as error:
+                    _log.info("a send from %s to %s was not admitted: %s", origin, spot_id, error)
+                queue.popleft()
+                self._parked -= 1
+                self._room.set()
+                self._room = trio.Event()
+        finally:
+            if self._queues.get(spot_id) is queue:
+                del self._queues[spot_id]
+            self._parked -= len(queue)
+            queue.clear()
