@@ -9,8 +9,8 @@ One host, one process, one Trio loop.
   the garbage collector's collections during it (count and seconds, per generation).
 - baseline: what a shutdown of N activations cannot avoid, measured in the same process with as
   many live objects: N bare Trio tasks, each serving a memory channel in a nursery of its own
-  until the channel closes, closed together and awaited, with the same freeze of the old heap
-  that ``host.shutdown()`` applies (SHUT-4.16); then N store keys deleted in
+  until the channel closes, closed together and awaited, with the garbage collector paused as
+  ``host.shutdown()`` pauses it (SHUT-4.16); then N store keys deleted in
   conditional batches of 512 through the host's own Location Store (reached through an
   internal attribute, so both use one server).
 
@@ -41,7 +41,7 @@ from zlink_trio._integration.store import (
     LocationStore,
     Put,
 )
-from zlink_trio._runtime.engines.heap import old_objects_frozen
+from zlink_trio._runtime.engines.heap import collector_paused
 
 app = zl.Application()
 
@@ -97,7 +97,7 @@ async def bare_tasks(count: int) -> float:
             nursery.start_soon(serve, receive)
         await trio.testing.wait_all_tasks_blocked()
         # The same treatment of the garbage collector as host.shutdown() (SHUT-4.16).
-        with old_objects_frozen():
+        with collector_paused():
             started = time.perf_counter()
             for send in senders:
                 send.close()

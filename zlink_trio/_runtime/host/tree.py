@@ -17,7 +17,7 @@ from zlink_trio._integration.transport import MeshConfig, RouteMesh, open_route_
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.engines.completion import shutting_down
-from zlink_trio._runtime.engines.heap import old_objects_frozen
+from zlink_trio._runtime.engines.heap import collector_paused
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import DRAINING
@@ -157,7 +157,7 @@ class TaskTree:
         await self.finished.wait()
 
     async def _shut_down(self, node: LocalNode) -> None:
-        with old_objects_frozen():  # thousands of activations end: keep the GC off the heap
+        with collector_paused():  # thousands of activations end: keep the GC off the heap
             await self._shut_down_in_order(node)
 
     async def _shut_down_in_order(self, node: LocalNode) -> None:
