@@ -1,0 +1,51 @@
+"""The application of the cross-process overload test (tests/e2e/test_overload.py): a Spot
+whose packet handler is stuck until released, and a quick Spot beside it."""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+import zlink_trio as zl
+
+app = zl.Application()
+release = trio.Event()
+noted: list[int] = []
+
+
+@app.message("ovle2e.Note")
+@attrs.frozen
+class Note:
+    n: int
+
+
+@app.message("ovle2e.Ask")
+@attrs.frozen
+class Ask:
+    n: int
+
+
+@app.message("ovle2e.Answer")
+@attrs.frozen
+class Answer:
+    n: int
+    noted: list[int]
+
+
+@app.user_spot("ovle2e.Slow")
+class Slow(zl.Spot):
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note) -> None:
+        await release.wait()
+        noted.append(msg.n)
+
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask) -> Answer:
+        return Answer(req.n, list(noted))
+
+
+@app.user_spot("ovle2e.Quick")
+class Quick(zl.Spot):
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask) -> Answer:
+        return Answer(req.n, [])
