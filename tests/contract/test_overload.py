@@ -179,3 +179,50 @@ async def test_a_request_never_goes_ahead_of_the_sends_waiting_for_its_spot(
             while len(noted) < 6:  # noqa: ASYNC110  # handled on the other host's tasks
                 await trio.sleep(0.01)
         assert list(range(6)) == noted
+
+
+@pytest.mark.spec("OVL-2")
+async def test_a_full_spot_pauses_its_senders_and_no_other_target(store_dsn: str) -> None:
+    """A flood to a stuck Spot of another host: once its backlog is long, the sender is paused
+    for that Spot (its flood waits, the backlog stops growing far short of the flood), while a
+    send to another Spot of the same host goes through; released, the flood resumes and every
+    note is handled in order."""
+    noted.clear()
+    Slow.release, Slow.entered = trio.Event(), trio.Event()
+    mesh = f"ovl-{uuid.uuid4().hex[:8]}"
+    slow, quick = f"slow-{uuid.uuid4().hex[:6]}", f"quick-{uuid.uuid4().hex[:6]}"
+    owner_config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, mailbox_limit=8)
+    count = 20_000
+    sent: list[int] = []
+    async with (
+        zl.open_host(app, owner_config) as owner,
+        zl.open_host(app, zl.HostConfig(mesh=mesh, store_dsn=store_dsn)) as sender,
+    ):
+        await owner.spots.get_or_create(slow, "overload.Slow").submit()
+        await owner.spots.get_or_create(quick, "overload.Quick").submit()
+        inbound = owner._tree.inbound
+        remote = sender._tree.remote
+        assert inbound is not None
+        assert remote is not None
+
+        async def flood() -> None:
+            for n in range(count):
+                await sender.route.send_to_spot(slow, Note(n)).submit()
+                sent.append(n)
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(flood)
+                while not remote.credits.is_paused(owner.node_rid, zl.SpotId(slow)):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+                await sender.route.send_to_spot(quick, Note(-1)).submit()  # not paused
+                answered = sender.route.request_to_spot(quick, Ask(3), reply_type=Answer)
+                assert Answer(3) == await answered.timeout(5).submit()
+                parked = inbound.backlogs.holds(zl.SpotId(slow))
+                assert len(sent) < count  # the flood waits for credit
+                assert parked < count // 4, parked  # far short of the flood
+                Slow.release.set()
+            while len(noted) < count:  # noqa: ASYNC110  # handled on the other host's tasks
+                await trio.sleep(0.01)
+        assert not remote.credits.is_paused(owner.node_rid, zl.SpotId(slow))
+        assert list(range(count)) == noted

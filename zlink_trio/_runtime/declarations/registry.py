@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from zlink_trio._runtime.declarations.handlers import HandlerKind, mark_of, timer_name_of
-from zlink_trio._runtime.declarations.system import SYSTEM_MESSAGES
+from zlink_trio._runtime.declarations.system import RESERVED_PREFIX, SYSTEM_MESSAGES
 from zlink_trio._wire.payload import MessageTypes
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import SpotKind, StableTypeName
@@ -131,6 +131,12 @@ def validate(
         message_types.register(name, cls)
         taken[name] = f"the framework's message {cls.__qualname__}"
     for name, cls in messages:
+        if name.value.startswith(RESERVED_PREFIX):
+            problems.append(
+                f"{name} (message {cls.__qualname__}) is in the framework's reserved "
+                f"namespace {RESERVED_PREFIX!r}"
+            )
+            continue
         if name in taken:
             problems.append(
                 f"{name} is declared twice (as {taken[name]} and as message {cls.__qualname__})"

@@ -1,7 +1,7 @@
 """The framework's own messages between hosts (specs/spots.md SPOT-92).
 
-Every registry carries them under names in the reserved ``zlink.`` namespace, so an
-application that declares one of these names gets a ``ConfigurationError`` at start. They
+Every registry carries them under names in the reserved ``zlink.`` namespace; an application
+that declares a message name in that namespace gets a ``ConfigurationError`` at start. They
 travel as ordinary Requests and are answered by the owner host's inbound side
 (``routing/inbound.py``), never by a handler of the application.
 """
@@ -12,7 +12,11 @@ import attrs
 
 from zlink_trio.ids import StableTypeName
 
-__all__ = ["SYSTEM_MESSAGES", "CloseSpot", "SpotClosed"]
+__all__ = ["RESERVED_PREFIX", "SYSTEM_MESSAGES", "CloseSpot", "SpotClosed"]
+
+RESERVED_PREFIX = "zlink."
+"""Message names the framework keeps for its own messages (also ``zlink.Pause`` and
+``zlink.Resume``, routing/credit.py, which carry no payload and are never decoded)."""
 
 
 @attrs.frozen

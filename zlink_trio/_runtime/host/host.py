@@ -226,6 +226,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
             # so no janitor's reclaim or sweep can take a starting run for a dead one.
             await activations.start(entry.run)
             tree.remote = remote
+            tree.inbound = inbound
             messaging.remote = remote
             # Routing owns the wire, so it hands a lost cold race's messages to the winner.
             spots.forward = partial(forward, remote)

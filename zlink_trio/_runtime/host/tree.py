@@ -50,6 +50,7 @@ class TaskTree:
         self._remote_scope = trio.CancelScope()
         self._remote_ended = trio.Event()
         self.remote: Remote | None = None
+        self.inbound: Inbound | None = None
         self.membership: Membership | None = None
         self.spots: SpotCatalog[Activation] | None = None
         self.actors: ActorCatalog[ActorActivation] | None = None

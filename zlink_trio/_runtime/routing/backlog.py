@@ -13,6 +13,10 @@ first wait of each episode is logged (OVL-3).
 Rule 4: a request never overtakes a backlog. A request from a peer to a Spot whose backlog is not
 empty finds that Spot full: it is answered ``UNAVAILABLE`` at once (the owner's queue is full,
 ERR-5.11), so it is neither handled before the sends that came first nor held behind them.
+Rule 5: backpressure reaches the senders of a full Spot and no others. When a target's backlog
+reaches ``PAUSE_AT`` messages, every peer that sent to it is told to pause (``signal(peer,
+target, True)``, a ``zlink.Pause``, credit.py), and so is any peer whose message arrives while it
+is paused; once the backlog is down to ``RESUME_AT``, or empty, they are told to resume (OVL-2).
 Rule 3: what a feeder cannot admit (the Spot closed, the host shuts down) is logged and dropped,
 as the reader did before: the sender's call completed at its own transport (CMP-4.3).
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import trio
 
@@ -33,12 +37,16 @@ from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import NodeRid, SpotId
 
-__all__ = ["BACKLOG_LIMIT", "Backlogs"]
+__all__ = ["BACKLOG_LIMIT", "PAUSE_AT", "RESUME_AT", "Backlogs"]
 
 _log = logging.getLogger("zlink_trio.runtime.remote")
 
 BACKLOG_LIMIT = 65_536
 """Most one-way messages from peers parked across all targets of a host (Rule 2)."""
+PAUSE_AT = 256
+"""A target's backlog at which its senders are paused (Rule 5)."""
+RESUME_AT = 64
+"""A paused target's backlog at which its senders resume (Rule 5)."""
 
 _Parked = tuple[NodeRid, object, Mapping[str, str], InstanceChoice | None]
 
@@ -46,10 +54,18 @@ _Parked = tuple[NodeRid, object, Mapping[str, str], InstanceChoice | None]
 class Backlogs:
     """The per-target backlogs of one host's inbound one-way messages (Rules 1-3)."""
 
-    def __init__(self, messaging: Messaging, limit: int = BACKLOG_LIMIT) -> None:
+    def __init__(
+        self,
+        messaging: Messaging,
+        limit: int = BACKLOG_LIMIT,
+        signal: Callable[[NodeRid, SpotId, bool], None] | None = None,
+    ) -> None:
         self._messaging = messaging
         self._limit = limit
+        self.signal = signal
+        """Tells ``peer`` to pause (``True``) or resume sends to a target (Rule 5)."""
         self._queues: dict[SpotId, collections.deque[_Parked]] = {}
+        self._paused: dict[SpotId, set[NodeRid]] = {}
         self._parked = 0
         self._room = trio.Event()
         self._overloaded = False
@@ -122,6 +138,24 @@ class Backlogs:
             nursery.start_soon(self._feed, spot_id, queue)
         queue.append((origin, message, metadata, instance))
         self._parked += 1
+        paused = self._paused.get(spot_id)
+        if paused is not None:
+            if origin not in paused:
+                paused.add(origin)
+                self._tell(origin, spot_id, True)
+        elif len(queue) >= PAUSE_AT:
+            senders = {parked[0] for parked in queue}
+            self._paused[spot_id] = senders
+            for peer in sorted(senders, key=lambda rid: rid.value):
+                self._tell(peer, spot_id, True)
+
+    def _tell(self, peer: NodeRid, spot_id: SpotId, pause: bool) -> None:
+        if self.signal is not None:
+            self.signal(peer, spot_id, pause)
+
+    def _resume(self, spot_id: SpotId) -> None:
+        for peer in sorted(self._paused.pop(spot_id, ()), key=lambda rid: rid.value):
+            self._tell(peer, spot_id, False)
 
     async def _feed(self, spot_id: SpotId, queue: collections.deque[_Parked]) -> None:
         """Admit ``spot_id``'s backlog in order through the waiting send (Rules 1, 3)."""
@@ -137,8 +171,11 @@ class Backlogs:
                 self._parked -= 1
                 self._room.set()
                 self._room = trio.Event()
+                if len(queue) <= RESUME_AT and spot_id in self._paused:
+                    self._resume(spot_id)
         finally:
             if self._queues.get(spot_id) is queue:
                 del self._queues[spot_id]
+            self._resume(spot_id)
             self._parked -= len(queue)
             queue.clear()

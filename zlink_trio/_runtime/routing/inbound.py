@@ -41,19 +41,21 @@ from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.backlog import Backlogs
+from zlink_trio._runtime.routing.credit import PAUSE, RESUME
 from zlink_trio._runtime.routing.local import InstanceChoice, resolve_spot
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots import creation
 from zlink_trio._wire import ErrorReply, Reply, Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import ActorId, ObjectGeneration, SpotId, SpotRef, StableTypeName
+from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotRef, StableTypeName
 
 __all__ = ["Inbound"]
 
 _log = logging.getLogger("zlink_trio.runtime.remote")
 
 _CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
+_CREDIT = frozenset({PAUSE, RESUME})
 
 
 class Inbound:
@@ -64,7 +66,8 @@ class Inbound:
         self._node = messaging.node
         self._remote = remote
         self._nursery: trio.Nursery | None = None
-        self._backlogs = Backlogs(messaging)
+        self.backlogs = Backlogs(messaging, signal=self._signal)
+        """The per-target backlogs of sends from peers (backlog.py)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the nursery of inbound requests open until cancelled (Rule 2)."""
@@ -78,6 +81,11 @@ class Inbound:
 
     async def on_message(self, origin: PeerRun, message: Send | Request) -> None:
         """The transport's application reader hands each message here (Rule 1)."""
+        if type(message) is Send and message.message_type in _CREDIT:
+            credits = self._remote.credits
+            change = credits.pause if message.message_type == PAUSE else credits.resume
+            change(origin.node_rid, message.target)
+            return
         if type(message) is Send:
             await self._inbound_send(origin, message)
             return
@@ -92,7 +100,7 @@ class Inbound:
             nursery.start_soon(self._inbound_close, origin, message)
             return
         target = message.target
-        if type(target) is SpotId and (waiting := self._backlogs.holds(target)):
+        if type(target) is SpotId and (waiting := self.backlogs.holds(target)):
             # Full, with sends that came first still waiting: refused, never ahead of them.
             full = f"Spot {target} is full: {waiting} messages from peers wait for it"
             self._answer(origin, message, ZLinkError(ErrorKind.UNAVAILABLE, full))
@@ -176,7 +184,7 @@ class Inbound:
                 await messaging.send_actor(target, decoded, metadata, local=True)
                 return
             instance = _instance_of(message)
-            backlogs, nursery = self._backlogs, self._nursery
+            backlogs, nursery = self.backlogs, self._nursery
             if backlogs.try_admit(target, decoded, metadata, instance):
                 return
             if nursery is None:
@@ -187,6 +195,21 @@ class Inbound:
             _log.info(
                 "a send from %s to %s was not admitted: %s", origin.node_rid, message.target, error
             )
+
+    def _signal(self, peer: NodeRid, spot_id: SpotId, pause: bool) -> None:
+        """Tell ``peer`` to pause or resume its sends to ``spot_id`` (backlog.py Rule 5)."""
+        nursery, mesh = self._nursery, self._remote.mesh
+        if nursery is None or mesh is None:
+            return
+        control = Send(spot_id, PAUSE if pause else RESUME, b"")
+
+        async def tell() -> None:
+            try:
+                await mesh.send(peer, control)
+            except ZLinkError as error:  # the peer is gone: its pauses went with it
+                _log.debug("could not tell %s about %s: %s", peer, spot_id, error)
+
+        nursery.start_soon(tell)
 
     async def _inbound_close(self, origin: PeerRun, message: Request) -> None:
         """A peer's ``close(ref)`` of a User Spot of this host (Rule 4)."""

@@ -53,6 +53,7 @@ from zlink_trio._integration.transport import (
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import PeerChanged, PeerDown, PeerUp
+from zlink_trio._runtime.routing.credit import Credits
 from zlink_trio._wire import OperationId, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
@@ -111,6 +112,8 @@ class Remote:
         """Peers whose route the transport reported lost and that have not come back (Rule 7)."""
         """Peers whose node record went away and has not come back (their calls end)."""
         self._settled = False
+        self.credits = Credits()
+        """What the owners paused (credit.py); read by ``send``, set by ``inbound.py``."""
         self._spot_prefix = f"m/{node.mesh.value}/spot/"
 
     # --- outbound ------------------------------------------------------------------------------
@@ -191,6 +194,8 @@ class Remote:
         mesh = self._mesh()
         if mesh.is_up(owner.node_rid) is None:
             mesh = await self._route_ready(owner.node_rid, math.inf)
+        if self.credits.is_paused(owner.node_rid, target):
+            await self.credits.wait(owner.node_rid, target)  # the owner's Spot is full (OVL-2)
         try:
             await mesh.send(
                 owner.node_rid,
@@ -302,6 +307,7 @@ class Remote:
                         except (ValueError, ZLinkError) as error:
                             _log.warning("cannot connect to %s: %s", record.rid, error)
                 elif isinstance(event, PeerDown):
+                    self.credits.drop_owner(event.rid)
                     if self._is_janitor() and self._tasks is not None:
                         self._tasks.start_soon(self._reclaim, event.rid)
                     mesh.remove_peer(event.rid)
@@ -344,6 +350,7 @@ class Remote:
             if isinstance(change, RouteUp):
                 self._lost.discard(rid)
             elif isinstance(change, RouteLost):
+                self.credits.drop_owner(rid)
                 # The transport's liveness says the owner is gone (Rule 7): calls to it end
                 # UNAVAILABLE at once, and its routes are resolved again next time.
                 self._lost.add(rid)
