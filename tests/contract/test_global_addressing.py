@@ -21,6 +21,7 @@ import zlink_trio as zl
 from zlink_trio._integration.store import Batch, IfMissing, Put, StoreConfig, open_stores
 from zlink_trio._runtime.ownership.authority import Claim, Held, SpotAuthority
 from zlink_trio._runtime.ownership.node_record import NodeRecord
+from zlink_trio._runtime.routing.remote import Owner
 
 app = zl.Application()
 seen: list[tuple[str, str]] = []
@@ -645,10 +646,10 @@ def test_the_framework_message_names_are_reserved() -> None:
 async def test_a_host_that_no_longer_holds_a_target_answers_not_found_and_forwards_nothing(
     store_dsn: str,
 ) -> None:
-    """Host one still routes a Spot to host two after it moved to host three (its routing
-    cache is set to the old owner to force that instant): a send is dropped at host two, not
-    forwarded; a request ends NOT_FOUND without being re-sent, and the cache forgets, so the
-    next request reaches host three."""
+    """Host one still routes a Spot to host two after it moved to host three (its resolution is
+    held on the old owner to force that instant, since a store change hint could otherwise end
+    it first): a send is dropped at host two, not forwarded; a request ends NOT_FOUND without
+    being re-sent, and the caller forgets the owner, so the next request reaches host three."""
     seen.clear()
     room = fresh("room")
     config = zl.HostConfig(mesh=f"g-{uuid.uuid4().hex[:8]}", store_dsn=store_dsn)
@@ -666,12 +667,24 @@ async def test_a_host_that_no_longer_holds_a_target_answers_not_found_and_forwar
             assert three.node_rid == moved.spot_ref.node_rid
             remote = one._messaging.remote
             assert remote is not None
-            remote._cache[zl.SpotId(room)] = two.node_rid  # the instant the hosts disagree
+            real_owner_of, real_forget = remote.owner_of, remote.forget
+            forgotten: list[object] = []
+
+            async def stale_owner_of(target: object, deadline: float) -> object:
+                return Owner(two.node_rid)  # the instant the hosts disagree
+
+            def forget(target: zl.SpotId) -> None:
+                forgotten.append(target)
+                real_forget(target)
+
+            remote.owner_of = stale_owner_of  # type: ignore[assignment,method-assign]
+            remote.forget = forget  # type: ignore[method-assign]
             await one.route.send_to_spot(room, Note("lost")).submit()
             with pytest.raises(zl.ZLinkError) as stale:
                 await one.route.request_to_spot(room, Ask("b"), reply_type=Answer).submit()
             assert zl.ErrorKind.NOT_FOUND == stale.value.kind
-            assert zl.SpotId(room) not in remote._cache
+            assert [zl.SpotId(room)] == forgotten
+            remote.owner_of = real_owner_of  # type: ignore[method-assign]
             again = one.route.request_to_spot(room, Ask("c"), reply_type=Answer)
             assert three.node_rid.value == (await again.submit()).node_rid
         assert [] == [entry for entry in seen if entry[1].startswith("lost")]
