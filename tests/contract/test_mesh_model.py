@@ -67,6 +67,8 @@ class Answer:
 
 handled: dict[tuple[str, int], list[tuple[str, int]]] = {}
 """(spot id, generation) -> (sender, seq) in handling order, across both hosts."""
+stray: set[tuple[str, int]] = set()
+"""(sender, seq) of sends that completed while no incarnation held their id."""
 
 
 @app.user_spot("meshmodel.Room")
@@ -96,10 +98,13 @@ class Live:
 
     def check(self, complete_for: set[str]) -> None:
         """Each sender's messages were handled in send order, none twice; for the senders in
-        ``complete_for`` all of them."""
+        ``complete_for`` all of them. Stray sends (to the id while nothing held it) are left
+        out, each handled at most once."""
         got_all = handled.get(self.key, [])
+        strays = [entry for entry in got_all if entry in stray]
+        assert len(strays) == len(set(strays)), strays
         for sender, seqs in self.sent.items():
-            got = [seq for who, seq in got_all if who == sender]
+            got = [seq for who, seq in got_all if who == sender and (who, seq) not in stray]
             expected = seqs if sender in complete_for else seqs[: len(got)]
             assert got == expected, (self.key, sender, got, seqs)
 
@@ -111,6 +116,7 @@ class TwoHosts(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         handled.clear()
+        stray.clear()
         self.mesh = f"mm-{uuid.uuid4().hex[:8]}"
         self.prefix = uuid.uuid4().hex[:6]
         self.hosts: list[zl.Host] = []
@@ -207,9 +213,18 @@ class TwoHosts(RuleBasedStateMachine):
             seq = self._next()
             call = host.route.send_to_spot(self._spot(spot_id), Note(sender, seq))
             if live is None:
-                with pytest.raises(zl.ZLinkError) as caught:
+                # Nothing holds the id. A sender that still has it cached at a host that held it
+                # completes at its own transport (CMP-4.3; the owner drops it, ROUTE-7); else
+                # NOT_FOUND. A completed one may reach a later incarnation of the id, once.
+                kind = None
+                try:
                     self._call(call.submit)
-                assert zl.ErrorKind.NOT_FOUND == caught.value.kind
+                except zl.ZLinkError as error:
+                    kind = error.kind
+                if kind is None:
+                    stray.add((sender, seq))
+                else:
+                    assert zl.ErrorKind.NOT_FOUND == kind
                 continue
             assert self._call(call.submit) is None  # completes at admission, here or remote
             live.sent.setdefault(sender, []).append(seq)
