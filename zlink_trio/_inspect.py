@@ -94,7 +94,7 @@ def _remaining(record: Record, store_now: datetime) -> float | None:
     return (record.expires_at - store_now).total_seconds()
 
 
-async def _scan_all(stores: Stores, prefix: str) -> tuple[list[Record], datetime | None]:
+async def scan_all(stores: Stores, prefix: str) -> tuple[list[Record], datetime | None]:
     """Every live record under ``prefix`` from one snapshot, with that snapshot's clock."""
     for _attempt in range(SCAN_RESTARTS):
         records: list[Record] = []
@@ -151,8 +151,8 @@ def _file_mesh_record(
 
 async def _read(stores: Stores, mesh: MeshName | None) -> Snapshot:
     prefix = MESH_PREFIX if mesh is None else f"{MESH_PREFIX}{mesh.value}/"
-    mesh_records, mesh_now = await _scan_all(stores, prefix)
-    actor_records, actor_now = await _scan_all(stores, ACTOR_PREFIX)
+    mesh_records, mesh_now = await scan_all(stores, prefix)
+    actor_records, actor_now = await scan_all(stores, ACTOR_PREFIX)
     meshes: dict[str, MeshView] = {}
     if mesh is not None:
         meshes[mesh.value] = MeshView(mesh.value)

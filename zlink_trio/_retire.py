@@ -21,12 +21,11 @@ from datetime import timedelta
 
 import trio
 
-from zlink_trio._inspect import operator_store
+from zlink_trio._inspect import InspectError, operator_store, scan_all
 from zlink_trio._integration.store import (
     Applied,
     Batch,
     Delete,
-    Expired,
     Found,
     IfVersion,
     Record,
@@ -43,7 +42,6 @@ __all__ = ["DEFAULT_SILENCE", "RetireError", "retire"]
 DEFAULT_SILENCE = 12.0
 """Seconds of silence that prove a node dead: the default lease (10 s) and its margin."""
 _BATCH = 500
-_PAGE = 500
 
 
 class RetireError(Exception):
@@ -51,18 +49,11 @@ class RetireError(Exception):
 
 
 async def _scan(stores: Stores, prefix: str) -> list[Record]:
-    for _attempt in range(3):
-        records: list[Record] = []
-        cursor: str | None = None
-        while True:
-            page = await stores.location.scan(prefix, _PAGE, cursor)
-            if isinstance(page, Expired):
-                break
-            records.extend(page.records)
-            cursor = page.cursor
-            if cursor is None:
-                return records
-    raise RetireError(f"the scan of {prefix!r} kept expiring; try again")
+    try:
+        records, _store_now = await scan_all(stores, prefix)
+    except InspectError as error:
+        raise RetireError(str(error)) from None
+    return records
 
 
 async def _wait_for_silence(

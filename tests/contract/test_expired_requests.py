@@ -41,13 +41,18 @@ class Answer:
     deadline: float | None
 
 
+async def held() -> Answer:
+    """A turn that holds its Spot or Actor until the test releases it."""
+    Gate.entered.set()
+    await Gate.release.wait()
+    return Answer(0, None)
+
+
 @app.user_spot("expired.Room")
 class Room(zl.Spot):
     @zl.request_handler(Hold, reply=Answer)
     async def hold(self, _req: Hold) -> Answer:
-        Gate.entered.set()
-        await Gate.release.wait()
-        return Answer(0, None)
+        return await held()
 
     @zl.request_handler(Ask)
     async def ask(self, req: Ask, ctx: zl.MessageContext) -> Answer:
@@ -69,9 +74,7 @@ class Player(zl.Actor):
 
     @zl.request_handler(Hold, reply=Answer)
     async def hold(self, _req: Hold) -> Answer:
-        Gate.entered.set()
-        await Gate.release.wait()
-        return Answer(0, None)
+        return await held()
 
     @zl.request_handler(Ask)
     async def ask(self, req: Ask) -> Answer:
