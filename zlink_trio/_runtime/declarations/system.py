@@ -12,7 +12,7 @@ import attrs
 
 from zlink_trio.ids import StableTypeName
 
-__all__ = ["RESERVED_PREFIX", "SYSTEM_MESSAGES", "CloseSpot", "SpotClosed"]
+__all__ = ["CLOSE_SPOT", "RESERVED_PREFIX", "SYSTEM_MESSAGES", "CloseSpot", "SpotClosed"]
 
 RESERVED_PREFIX = "zlink."
 """Message names the framework keeps for its own messages (also ``zlink.Pause`` and
@@ -33,7 +33,9 @@ class SpotClosed:
     closed: bool
 
 
+CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
+
 SYSTEM_MESSAGES: tuple[tuple[StableTypeName, type], ...] = (
-    (StableTypeName("zlink.CloseSpot"), CloseSpot),
+    (CLOSE_SPOT, CloseSpot),
     (StableTypeName("zlink.SpotClosed"), SpotClosed),
 )

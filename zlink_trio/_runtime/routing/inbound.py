@@ -36,7 +36,7 @@ import trio
 
 from zlink_trio._integration.transport import PeerRun
 from zlink_trio._runtime.declarations.handlers import HandlerKind
-from zlink_trio._runtime.declarations.system import CloseSpot, SpotClosed
+from zlink_trio._runtime.declarations.system import CLOSE_SPOT, CloseSpot, SpotClosed
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
@@ -48,14 +48,15 @@ from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots import creation
 from zlink_trio._wire import ErrorReply, Reply, Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotRef, StableTypeName
+from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotRef
 
 __all__ = ["Inbound"]
 
 _log = logging.getLogger("zlink_trio.runtime.remote")
 
-_CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
-_CREDIT = frozenset({PAUSE, RESUME})
+# Compared as plain strings: every message from a peer passes these checks (the wire's hot path).
+_CLOSE_SPOT = CLOSE_SPOT.value
+_CREDIT = frozenset({PAUSE.value, RESUME.value})
 
 
 class Inbound:
@@ -81,7 +82,7 @@ class Inbound:
 
     async def on_message(self, origin: PeerRun, message: Send | Request) -> None:
         """The transport's application reader hands each message here (Rule 1)."""
-        if type(message) is Send and message.message_type in _CREDIT:
+        if type(message) is Send and message.message_type.value in _CREDIT:
             credits = self._remote.credits
             change = credits.pause if message.message_type == PAUSE else credits.resume
             change(origin.node_rid, message.target)
@@ -96,7 +97,7 @@ class Inbound:
             return
         # The budget counts from arrival, not from when the task gets to run.
         arrived = trio.current_time()
-        if message.message_type == _CLOSE_SPOT:
+        if message.message_type.value == _CLOSE_SPOT:
             nursery.start_soon(self._inbound_close, origin, message)
             return
         target = message.target

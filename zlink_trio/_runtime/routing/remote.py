@@ -108,9 +108,9 @@ class Remote:
         self._route_waiters: dict[NodeRid, trio.Event] = {}
         self._tasks: trio.Nursery | None = None
         self._gone: set[NodeRid] = set()
+        """Peers whose node record went away and has not come back (their calls end)."""
         self._lost: set[NodeRid] = set()
         """Peers whose route the transport reported lost and that have not come back (Rule 7)."""
-        """Peers whose node record went away and has not come back (their calls end)."""
         self._settled = False
         self.credits = Credits()
         """What the owners paused (credit.py); read by ``send``, set by ``inbound.py``."""
@@ -307,7 +307,6 @@ class Remote:
                         except (ValueError, ZLinkError) as error:
                             _log.warning("cannot connect to %s: %s", record.rid, error)
                 elif isinstance(event, PeerDown):
-                    self.credits.drop_owner(event.rid)
                     if self._is_janitor() and self._tasks is not None:
                         self._tasks.start_soon(self._reclaim, event.rid)
                     mesh.remove_peer(event.rid)
@@ -315,9 +314,15 @@ class Remote:
                     waiter = self._route_waiters.pop(event.rid, None)
                     if waiter is not None:
                         waiter.set()  # calls waiting for its route end UNAVAILABLE
-                    for target, owner in list(self._cache.items()):
-                        if owner == event.rid:
-                            del self._cache[target]
+                    self._owner_gone(event.rid)
+
+    def _owner_gone(self, owner: NodeRid) -> None:
+        """``owner`` left or its route is lost: the cache forgets what it owned (Rule 1) and
+        every pause it sent is lifted (credit.py Rule 2)."""
+        self.credits.drop_owner(owner)
+        for target, cached in list(self._cache.items()):
+            if cached == owner:
+                del self._cache[target]
 
     def _is_janitor(self) -> bool:
         """Whether this host reclaims what a departed peer left: the live member with the
@@ -350,13 +355,10 @@ class Remote:
             if isinstance(change, RouteUp):
                 self._lost.discard(rid)
             elif isinstance(change, RouteLost):
-                self.credits.drop_owner(rid)
                 # The transport's liveness says the owner is gone (Rule 7): calls to it end
                 # UNAVAILABLE at once, and its routes are resolved again next time.
                 self._lost.add(rid)
-                for target, owner in list(self._cache.items()):
-                    if owner == rid:
-                        del self._cache[target]
+                self._owner_gone(rid)
             waiter = self._route_waiters.pop(rid, None)
             if waiter is not None:
                 waiter.set()
