@@ -64,7 +64,9 @@ class Caller:
         try:
             with self.scope:
                 try:
-                    value = await reply_of(cast(LocalNode, self.node), self.entry, DEADLINE, Answer)
+                    value = await reply_of(
+                        cast(LocalNode, self.node), self.entry, DEADLINE, Answer, copy=False
+                    )
                 except ZLinkError as error:
                     self.observed.append(error.kind)
                 except trio.Cancelled:

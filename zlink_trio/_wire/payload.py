@@ -21,6 +21,11 @@ Rule 3: a payload that is not CBOR, not a map, misses or adds a field, holds a v
 type, or is refused by the class's own validators gives ``ZLinkError(PROTOCOL_ERROR)`` whose
 message names the stable type and the field (seed 003 §2).
 Rule 4: decoding is bounded by the payload's own size (``shapes.py`` Rule 2).
+Rule 5: a message is the same wherever its target lives. ``encode_within`` refuses a payload
+over the message limit with ``ZLinkError(PROTOCOL_ERROR)`` before it is sent; ``screen`` and
+``copy`` give a target on this host what a receiver on another host would get (the same type
+checks, the same limit, a value of its own): the decoded copy of its encoding, or the instance
+itself when it is immutable and would decode equal (``shapes.py`` Rule 4).
 """
 
 from __future__ import annotations
@@ -140,6 +145,32 @@ class MessageTypes:
             raise (ValueError if bad.out_of_range else TypeError)(problem) from None
         except UnicodeEncodeError as exc:
             raise ValueError(f"cannot encode {entry.name}: {exc}") from None
+
+    def encode_within(self, message: object, limit: int) -> tuple[StableTypeName, bytes]:
+        """:meth:`encode`, and ``ZLinkError(PROTOCOL_ERROR)`` when the payload is over ``limit``
+        bytes (Rule 5)."""
+        name, payload = self.encode(message)
+        if len(payload) > limit:
+            raise _protocol_error(
+                f"a {name} message of {len(payload)} bytes is over the message limit of "
+                f"{limit} bytes"
+            )
+        return name, payload
+
+    def screen(self, message: object, limit: int) -> tuple[StableTypeName, bytes] | None:
+        """Check ``message`` as :meth:`encode_within` does (Rule 5). ``None`` when it may be
+        delivered on this host as it is (immutable, within the limit); else its encoding, whose
+        decoded copy a target on this host gets, and which the wire carries as it is."""
+        entry = self._by_class.get(type(message))
+        if entry is not None and entry.plan().passes_as_is(message, limit):
+            return None
+        return self.encode_within(message, limit)
+
+    def copy(self, message: object, limit: int) -> object:
+        """``message`` as a receiver on another host would get it (Rule 5): the errors of
+        :meth:`encode_within`, else a copy of its own, or ``message`` itself when immutable."""
+        encoded = self.screen(message, limit)
+        return message if encoded is None else self.decode(*encoded)
 
     def decode(self, name: StableTypeName, payload: bytes) -> object:
         """An instance of the class registered under ``name``, built from ``payload``.

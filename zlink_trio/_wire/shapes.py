@@ -19,12 +19,18 @@ items; only CBOR shared references can exceed that, so they are refused rather t
 however they multiply).
 Rule 3: a value of exactly a field's scalar type passes without a call (an int still has its range
 checked), so flat messages stay off the generic path.
+Rule 4: an instance of a frozen attrs class whose fields are all scalars (str, bytes, bool,
+None, int, float) is immutable as a whole: when every field holds exactly its type (ASCII text,
+ints in range) its decoded copy would equal it, so a local delivery may pass it as it is
+(``ClassPlan.passes_as_is``; payload.py Rule 5). Its encoded size is bounded from its lengths.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Final, cast
+
+import attrs
 
 __all__ = [
     "MAX_PAYLOAD_DEPTH",
@@ -356,6 +362,19 @@ SCALAR_SHAPES: Final[dict[object, Shape]] = {
 }
 
 
+@attrs.frozen
+class _FrozenProbe:
+    pass
+
+
+_FROZEN_SETATTR: Final = _FrozenProbe.__setattr__
+"""What attrs installs as ``__setattr__`` of a frozen class (read off one, not imported)."""
+
+_SCALARS: Final = frozenset((str, bytes, bool, _NONE, int, float))
+_HEAD: Final = 9
+"""The longest CBOR head of one item (major type and a 64-bit length or value)."""
+
+
 class ClassPlan:
     """The fields of one class as they travel: (wire name, constructor keyword, shape)."""
 
@@ -367,6 +386,35 @@ class ClassPlan:
         self.fields = tuple((name, shape.exact, shape) for name, _, shape in fields)
         self.flat = all(shape.flat for _, _, shape in fields)
         self.positional = positional
+        # Rule 4: frozen, scalar fields only, and every attribute is a field that travels.
+        self.immutable = (
+            getattr(cls, "__setattr__", None) is _FROZEN_SETATTR
+            and all(shape.exact in _SCALARS for _, _, shape in fields)
+            and len(fields) == len(attrs.fields(cls))
+        )
+        self.fixed_size = _HEAD + sum(2 * _HEAD + len(name.encode()) for name in self.names)
+        """An upper bound of the encoded size without the text and bytes values' own bytes."""
+
+    def passes_as_is(self, instance: object, limit: int) -> bool:
+        """True when ``instance`` would decode to an equal, immutable copy of at most ``limit``
+        bytes encoded, so it may be delivered as it is (Rule 4). False means: copy it."""
+        if not self.immutable:
+            return False
+        size = self.fixed_size
+        for name, exact, _ in self.fields:
+            value = getattr(instance, name)
+            kind = type(value)
+            if kind is not exact:
+                return False
+            if kind is str:
+                if not value.isascii():  # a lone surrogate would not encode; UTF-8 may be longer
+                    return False
+                size += len(value)
+            elif kind is bytes:
+                size += len(value)
+            elif kind is int and not _INT_MIN <= value <= _INT_MAX:
+                return False
+        return size <= limit
 
     def to_map(self, instance: object) -> dict[str, object]:
         encoded = {}

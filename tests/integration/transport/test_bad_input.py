@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import random
 
+import attrs
 import pytest
 import trio
 import zmq
 
 from tests.integration.transport.conftest import ask, connect, echo, node, numbered, until
-from zlink_trio._integration.transport import OVERSIZED, RouteMesh, routing_identity
+from zlink_trio._integration.transport import OVERSIZED, PeerRun, RouteMesh, routing_identity
 from zlink_trio._wire import (
     PROTOCOL_VERSION,
     ConnectionRole,
@@ -19,6 +20,8 @@ from zlink_trio._wire import (
     RefusalReason,
     Reply,
     ReplyRouteId,
+    Request,
+    Send,
     encode,
 )
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -148,3 +151,42 @@ async def test_garbage_is_counted_and_dropped_while_other_peers_keep_working() -
 def random_frames(rng: random.Random) -> list[bytes]:
     """One to three frames of random bytes."""
     return [rng.randbytes(rng.randrange(0, 300)) for _ in range(rng.randrange(1, 4))]
+
+
+@pytest.mark.spec("TRN-27")
+async def test_a_frame_over_the_limit_is_refused_at_the_sender_and_nothing_is_queued() -> None:
+    """A send, a request and a reply with a frame over the sender's limit raise PROTOCOL_ERROR at
+    once; the peer receives nothing of them and counts no drop; a frame at the limit goes."""
+    meshes: list[RouteMesh] = []
+
+    async def answer_big(origin: PeerRun, message: Send | Request) -> None:
+        if type(message) is Request:
+            big = Reply(
+                message.reply_route,
+                message.operation_id,
+                origin.generation,
+                StableTypeName("echo"),
+                b"r" * 5000,
+            )
+            with pytest.raises(ZLinkError) as refused_reply:
+                meshes[1].reply(origin, big)
+            replies.append(refused_reply.value.kind)
+            meshes[1].reply(origin, attrs.evolve(big, payload=b"ok"))
+
+    replies: list[ErrorKind] = []
+    async with (
+        node("a", max_frame_bytes=4096) as (a, _),
+        node("b", answer_big, max_frame_bytes=4096) as (b, _),
+    ):
+        meshes += [a, b]
+        await connect(a, b)
+        with trio.fail_after(10):
+            with pytest.raises(ZLinkError) as refused_send:
+                await a.send(NodeRid("b"), numbered(1, 4097))
+            assert ErrorKind.PROTOCOL_ERROR == refused_send.value.kind
+            with pytest.raises(ZLinkError) as refused_request:
+                await ask(a, "b", b"q" * 5000, timeout=5)
+            assert ErrorKind.PROTOCOL_ERROR == refused_request.value.kind
+            assert b"ok" == (await ask(a, "b", b"q" * 4000)).payload
+        assert [ErrorKind.PROTOCOL_ERROR] == replies
+        assert 0 == sum(b.drops.values()) + sum(a.drops.values())

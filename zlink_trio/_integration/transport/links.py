@@ -151,6 +151,18 @@ class MeshSockets:
             links.close(kind, message, self._config.linger)
         self._links.clear()
 
+    def checked(self, frames: list[bytes]) -> list[bytes]:
+        """``frames``; ``PROTOCOL_ERROR`` for a frame over the frame limit, which the receiver
+        would drop (TRN-27)."""
+        limit = self._config.max_frame_bytes
+        for frame in frames:
+            if len(frame) > limit:
+                raise ZLinkError(
+                    ErrorKind.PROTOCOL_ERROR,
+                    f"a frame of {len(frame)} bytes is over the frame limit of {limit} bytes",
+                )
+        return frames
+
     def send_heartbeats(self) -> None:
         """Queue a Heartbeat on both links of every peer, where there is room now (TRN-17)."""
         for links in list(self._links.values()):

@@ -7,20 +7,20 @@ messages, ids, bytes and ``ZLinkError``):
 - ``async with open_route_mesh(config, on_message) as mesh``: binds both ROUTERs, connects to
   ``config.peers`` and runs the readers and the heartbeat; leaving the block closes everything.
 - ``mesh.add_peer(PeerAddress)`` / ``mesh.remove_peer(node_rid)``: the peer list at runtime.
-- ``await mesh.send(node_rid, Send)``: completes at admission into the local queue (TRN-10).
-- ``await mesh.request(node_rid, ..., timeout=)``: the ``Reply``, or ``ZLinkError`` (TRN-14).
+- ``await mesh.send(node_rid, Send)``: completes at admission into the local queue (TRN-10);
+  ``await mesh.request(node_rid, ..., timeout=)``: the ``Reply``, or ``ZLinkError`` (TRN-14);
+  either refuses a frame over the limit (TRN-27).
 - ``mesh.reply(origin, Reply | ErrorReply)``: answers a request on the completion connection.
 - ``on_message(origin, Send | Request)``: awaited by the application reader for each message.
 - ``mesh.route_changes``: a receive channel of ``RouteUp`` / ``RouteLost``.
-- ``mesh.end_requests(error)``: ends every pending request with ``error``; the mesh stays open.
-- ``mesh.close()``: idempotent; ``mesh.drops``: bad input counted by reason.
+- ``mesh.end_requests(error)``: ends every pending request with ``error``; the mesh stays open;
+  ``mesh.close()``: idempotent; ``mesh.drops``: bad input counted by reason.
 
 Theory of operation. Each node binds two ROUTERs, one per connection role, each with exactly one
 reader task, and connects a DEALER pair towards each peer: an application link with a send HWM
 and a completion link without one, each an :class:`OutboundLink` with its own owner task. Those
 sockets are ``links.py``'s (:class:`MeshSockets`: making, configuring, renewing and closing them,
 and why a DEALER per peer); this module decides what is sent where and when links change.
-
 Rule 1: a send is admitted to a run that is up and to nothing else; it waits only on its own
 peer's link, and that wait ends by capacity, by the link being closed for route loss
 (UNAVAILABLE) or for shutdown (SHUTTING_DOWN). Route loss therefore always closes the run's links
@@ -174,7 +174,7 @@ class RouteMesh:
         ``ZLinkError(UNAVAILABLE)`` (no route, or the route is lost) or ``SHUTTING_DOWN``.
         """
         link, _run = self._route_to(peer)
-        frames = encode(message)
+        frames = self._sockets.checked(encode(message))
         if link.try_send(frames):
             self._until_checkpoint -= 1
             if not self._until_checkpoint:
@@ -237,7 +237,7 @@ class RouteMesh:
                         metadata,
                     )
                 )
-                submitted = link.try_send(frames)
+                submitted = link.try_send(self._sockets.checked(frames))
                 if not submitted:
                     with trio.move_on_at(deadline) as entry.admission:
                         await link.wait_capacity()
@@ -273,7 +273,7 @@ class RouteMesh:
             or (route.run is not origin and route.run != origin)
         ):
             raise ZLinkError(_UNAVAILABLE, f"no route to {origin.node_rid} for a reply")
-        if not links.completion.try_send(encode(message)):
+        if not links.completion.try_send(self._sockets.checked(encode(message))):
             raise ZLinkError(_UNAVAILABLE, "the completion connection did not take the reply")
 
     def end_requests(self, error: ZLinkError) -> int:

@@ -18,7 +18,15 @@ from zlink_trio._runtime.engines.workers import MAX_CPU_SLOTS
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import MeshName, NodeRid
 
-__all__ = ["MAX_APP_JOB_QUEUE_SIZE", "MAX_TIMEOUT_MS", "HostConfig", "check_timeout"]
+__all__ = [
+    "FRAME_HEADROOM",
+    "MAX_APP_JOB_QUEUE_SIZE",
+    "MAX_MESSAGE_BYTES",
+    "MAX_TIMEOUT_MS",
+    "MIN_MESSAGE_BYTES",
+    "HostConfig",
+    "check_timeout",
+]
 
 MAX_TIMEOUT_MS = 2**31 - 1
 """Largest timeout, in whole milliseconds: the signed 32-bit maximum every ZLink language shares."""
@@ -26,6 +34,13 @@ MIN_RELEASE_TIMEOUT = 10.0
 """Seconds a store record's release at close gets at least (see ``store_release_timeout``)."""
 MAX_APP_JOB_QUEUE_SIZE = 2**31 - 1
 """Largest application job queue size (seed 003 §8)."""
+MIN_MESSAGE_BYTES = 1024
+"""Smallest message limit: the framework's own messages must fit."""
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+"""Largest message limit: a message is held whole in memory by sender and receiver."""
+FRAME_HEADROOM = 64 * 1024
+"""Bytes the transport's frame limit adds to the message limit for a message's header frame
+(its ids and metadata); a header over it is refused at the sender too (TRN-27)."""
 
 
 def check_timeout(value: object, what: str) -> float:
@@ -62,6 +77,15 @@ def _check_mailbox_limit(value: object) -> None:
         raise TypeError(f"mailbox_limit takes an int, not {type(value).__name__}")
     if not 1 <= value <= MAX_APP_JOB_QUEUE_SIZE:
         raise ValueError(f"mailbox_limit must be in 1..{MAX_APP_JOB_QUEUE_SIZE}, got {value}")
+
+
+def _check_message_bytes(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_message_bytes takes an int, not {type(value).__name__}")
+    if not MIN_MESSAGE_BYTES <= value <= MAX_MESSAGE_BYTES:
+        raise ValueError(
+            f"max_message_bytes must be in {MIN_MESSAGE_BYTES}..{MAX_MESSAGE_BYTES}, got {value}"
+        )
 
 
 def _check_cpu_slots(value: object) -> None:
@@ -119,6 +143,11 @@ class HostConfig:
     its last renewal (MESH-3); it is renewed every third of it."""
     cpu_worker_slots: int = attrs.field(factory=_default_cpu_slots)
     """CPU worker threads of the host, 1..1024; the default is the number of CPUs (CMP-3.10)."""
+    max_message_bytes: int = 4 * 1024 * 1024
+    """Largest encoded message (payload) this host sends, receives or delivers, 1 KiB..256 MiB;
+    a larger one is refused at its sender with ``PROTOCOL_ERROR``, whether its target is on this
+    host or another (specs/messages.md MSG-1). Give every host of a mesh the same value: a
+    receiver drops, and counts, a frame over its own limit."""
 
     def __attrs_post_init__(self) -> None:
         found = [
@@ -133,6 +162,7 @@ class HostConfig:
             _problem(_check_queue_size, self.app_job_queue_size),
             _problem(_check_mailbox_limit, self.mailbox_limit),
             _problem(_check_cpu_slots, self.cpu_worker_slots),
+            _problem(_check_message_bytes, self.max_message_bytes),
         ]
         problems = [f"HostConfig: {problem}" for problem in found if problem is not None]
         if problems:

@@ -59,7 +59,7 @@ from zlink_trio._runtime.calls.actor_manager import ActorManager
 from zlink_trio._runtime.calls.route import Route
 from zlink_trio._runtime.calls.spot_manager import SpotManager
 from zlink_trio._runtime.calls.worker_calls import Workers
-from zlink_trio._runtime.declarations.config import HostConfig
+from zlink_trio._runtime.declarations.config import FRAME_HEADROOM, HostConfig
 from zlink_trio._runtime.engines.completion import CompletionDispatcher
 from zlink_trio._runtime.engines.workers import WorkerScheduler
 from zlink_trio._runtime.host.tree import TaskTree
@@ -211,6 +211,9 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                     generation=node_generation,
                     application_bind=bind,
                     completion_bind=bind,
+                    # The payload frame is the message; its header frame (ids, metadata) gets
+                    # room of its own (MSG-6).
+                    max_frame_bytes=config.max_message_bytes + FRAME_HEADROOM,
                 ),
                 inbound,
             )

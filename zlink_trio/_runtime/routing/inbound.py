@@ -271,15 +271,21 @@ class Inbound:
                 result.message,
             )
         else:
+            node = self._node
             try:
-                name, payload = self._node.registry.messages.encode(result)
-            except (TypeError, ValueError) as error:
+                name, payload = node.registry.messages.encode_within(
+                    result, node.config.max_message_bytes
+                )
+            except (TypeError, ValueError, ZLinkError) as error:
+                # A reply over the message limit is the caller's PROTOCOL_ERROR, as for a
+                # caller on this host (local.py reply_of).
+                kind, text = (
+                    (error.kind, error.message)
+                    if isinstance(error, ZLinkError)
+                    else (ErrorKind.INTERNAL_FAILURE, f"the reply cannot be encoded: {error}")
+                )
                 answer = ErrorReply(
-                    request.reply_route,
-                    request.operation_id,
-                    origin.generation,
-                    ErrorKind.INTERNAL_FAILURE,
-                    f"the reply cannot be encoded: {error}",
+                    request.reply_route, request.operation_id, origin.generation, kind, text
                 )
             else:
                 answer = Reply(

@@ -142,10 +142,20 @@ async def job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -
 
 
 async def reply_of(
-    node: LocalNode, entry: PendingCall, deadline: float, reply_type: type
+    node: LocalNode, entry: PendingCall, deadline: float, reply_type: type, *, copy: bool
 ) -> object:
-    """The request's settled reply, checked to be a ``reply_type`` (Rule 2)."""
+    """The request's settled reply, checked to be a ``reply_type`` (Rule 2). With ``copy`` (a
+    caller of this host) the reply is what a caller on another host would get: a copy of its
+    own, within the message limit, ``INTERNAL_FAILURE`` when it cannot travel (messaging.py
+    Rule 8; inbound.py answers a remote caller the same)."""
     reply = await _settle(node, entry, deadline)
+    if copy:
+        try:
+            reply = node.registry.messages.copy(reply, node.config.max_message_bytes)
+        except (TypeError, ValueError) as error:
+            raise ZLinkError(
+                ErrorKind.INTERNAL_FAILURE, f"the reply cannot be encoded: {error}"
+            ) from None
     if not isinstance(reply, reply_type):
         raise ZLinkError(
             ErrorKind.PROTOCOL_ERROR,

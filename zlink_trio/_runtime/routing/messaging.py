@@ -25,6 +25,12 @@ if the creation did not make one, ends ``NOT_FOUND`` (SPOT-90).
 Rule 7: ``close(ref)`` closes the incarnation where it lives: on this host directly, on the host
 ``ref`` names through a ``zlink.CloseSpot`` request that the owner's inbound side answers with
 what its own ``close`` returned (SPOT-92).
+Rule 8: a message is the same wherever its target lives (specs/messages.md). A call of this host
+screens its message before it takes a permit or resolves anything: the field types are checked,
+the encoded size must be within ``HostConfig.max_message_bytes``, and a target on this host gets
+the decoded copy of that encoding (or the message itself when it is immutable, payload.py Rule
+5), the wire the same bytes; the reply a local caller gets is copied the same way (local.py).
+Work from peers (``local=True``) was decoded from the wire already and is not screened again.
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ from zlink_trio.ids import ActorId, MeshName, SpotId, SpotRef, StableTypeName
 
 __all__ = ["Messaging"]
 
+Encoded = tuple[StableTypeName, bytes] | None
+"""A screened message's encoding; ``None`` for one that passes as it is (Rule 8)."""
+
 
 class Messaging:
     """Sends and requests of one host to Spots and Actors, wherever they are (Rule 5)."""
@@ -73,6 +82,16 @@ class Messaging:
         self.actors = actors
         self.remote: Remote | None = None
         """Global addressing (remote.py); set once the transport and membership run."""
+        self._messages = spots.node.registry.messages
+        self._limit = spots.node.config.max_message_bytes
+
+    def _screen(self, message: object, local: bool) -> Encoded:
+        """Rule 8: the message's encoding (or ``None``); nothing for work from peers."""
+        return None if local else self._messages.screen(message, self._limit)
+
+    def _own(self, message: object, encoded: Encoded) -> object:
+        """What a target on this host gets of a screened message (Rule 8)."""
+        return message if encoded is None else self._messages.decode(*encoded)
 
     async def send(
         self,
@@ -89,6 +108,7 @@ class Messaging:
         node = self.node
         node.check_admitting()
         node.check_mesh(mesh)
+        encoded = self._screen(message, local)
         jobs = node.jobs
         # The hot path takes a free permit and a free mailbox slot without a coroutine or a
         # checkpoint; only a shortage waits.
@@ -110,11 +130,15 @@ class Messaging:
                     jobs.release()
                     remote = self.remote
                     assert remote is not None  # an Owner comes only from it
-                    await remote.send(located, spot_id, message, metadata, self._type_of(instance))
+                    await remote.send(
+                        located, spot_id, message, metadata, self._type_of(instance), encoded
+                    )
                     return
                 found = located
             activation, handler = found
-            envelope = Envelope(message, handler, MessageContext(spot_id, metadata), None)
+            envelope = Envelope(
+                self._own(message, encoded), handler, MessageContext(spot_id, metadata), None
+            )
             if not activation.try_put(envelope):
                 await activation.put(envelope)
         except BaseException:
@@ -139,6 +163,7 @@ class Messaging:
         node = self.node
         node.check_admitting()
         node.check_mesh(mesh)
+        encoded = self._screen(message, local)
         deadline = trio.current_time() + time_limit
         await job_permit(node, deadline, spot_id)
         held = True
@@ -164,13 +189,15 @@ class Messaging:
                         metadata,
                         self._type_of(instance),
                         deadline,
+                        encoded=encoded,
                     )
                 found = located
             activation, handler = found
+            own = self._own(message, encoded)
             entry = node.dispatcher.register()
             try:
                 context = MessageContext(spot_id, metadata, None, deadline)
-                activation.offer(Envelope(message, handler, context, entry.route))
+                activation.offer(Envelope(own, handler, context, entry.route))
             except BaseException:
                 node.dispatcher.pop(entry.route)
                 raise
@@ -180,7 +207,7 @@ class Messaging:
             raise
         # Outside the scope above: only reply_of's own scope may turn the deadline into a result,
         # after the pop race, so a reply that won the slot is never reported as a timeout.
-        return await reply_of(node, entry, deadline, reply_type)
+        return await reply_of(node, entry, deadline, reply_type, copy=not local)
 
     async def close(self, ref: SpotRef) -> bool:
         """Close the User Spot incarnation ``ref`` names, here or at the host ``ref`` names
@@ -270,11 +297,12 @@ class Messaging:
         CMP-5.8)."""
         node = self.node
         node.check_admitting()
+        encoded = self._screen(message, local)
         remote = self.remote
         if not local and remote is not None and actor_id not in self.actors.actors:
             owner = await remote.owner_of(actor_id, math.inf)
             if isinstance(owner, Owner):
-                await remote.send(owner, actor_id, message, metadata, None)
+                await remote.send(owner, actor_id, message, metadata, None, encoded)
                 return
             if owner is STALE:
                 raise ZLinkError(
@@ -285,7 +313,7 @@ class Messaging:
         try:
             actor, handler = resolve_actor(self.actors, actor_id, type(message), HandlerKind.PACKET)
             context = actor_context(actor, actor_id, metadata)
-            await actor.put(Envelope(message, handler, context, None))
+            await actor.put(Envelope(self._own(message, encoded), handler, context, None))
         except BaseException:
             node.jobs.release()
             raise
@@ -304,13 +332,14 @@ class Messaging:
         owner."""
         node = self.node
         node.check_admitting()
+        encoded = self._screen(message, local)
         deadline = trio.current_time() + time_limit
         remote = self.remote
         if not local and remote is not None and actor_id not in self.actors.actors:
             owner = await remote.owner_of(actor_id, deadline)
             if isinstance(owner, Owner):
                 return await remote.request(
-                    owner, actor_id, message, reply_type, metadata, None, deadline
+                    owner, actor_id, message, reply_type, metadata, None, deadline, encoded=encoded
                 )
             if owner is STALE:
                 raise ZLinkError(
@@ -328,14 +357,15 @@ class Messaging:
                     ErrorKind.INVALID_OPERATION,
                     f"Actor {actor_id} cannot wait for a request to itself from its own turn",
                 )
+            own = self._own(message, encoded)
             entry = node.dispatcher.register()
             try:
                 context = actor_context(actor, actor_id, metadata, deadline)
-                actor.offer(Envelope(message, handler, context, entry.route))
+                actor.offer(Envelope(own, handler, context, entry.route))
             except BaseException:
                 node.dispatcher.pop(entry.route)
                 raise
         except BaseException:
             node.jobs.release()
             raise
-        return await reply_of(node, entry, deadline, reply_type)
+        return await reply_of(node, entry, deadline, reply_type, copy=not local)

@@ -186,11 +186,13 @@ class Remote:
         message: object,
         metadata: Mapping[str, str],
         instance_type: StableTypeName | None,
+        encoded: tuple[StableTypeName, bytes] | None = None,
     ) -> None:
         """A one-way message to ``target`` at ``owner``: completes at local transport
         admission (Rule 3). Waits for the route with no time bound of its own; the route's
-        loss or the owner's departure ends it with ``UNAVAILABLE``."""
-        name, payload = self._node.registry.messages.encode(message)
+        loss or the owner's departure ends it with ``UNAVAILABLE``. ``encoded``: the message's
+        encoding when the caller made it already (messaging.py Rule 8)."""
+        name, payload = encoded or self._encode(message)
         mesh = self._mesh()
         if mesh.is_up(owner.node_rid) is None:
             mesh = await self._route_ready(owner.node_rid, math.inf)
@@ -216,11 +218,13 @@ class Remote:
         instance_type: StableTypeName | None,
         deadline: float,
         on_submitted: Callable[[], object] | None = None,
+        *,
+        encoded: tuple[StableTypeName, bytes] | None = None,
     ) -> object:
         """A request to ``target`` at ``owner``; its reply decoded (Rule 3). Shutdown ends it
         with ``SHUTTING_DOWN`` through the transport (Rule 6). ``on_submitted`` is called once
         the Request is in the owner's queue (the transport's hook)."""
-        name, payload = self._node.registry.messages.encode(message)
+        name, payload = encoded or self._encode(message)
         try:
             mesh = self._mesh()
             if mesh.is_up(owner.node_rid) is None:
@@ -257,6 +261,11 @@ class Remote:
                 f"the reply is a {type(value).__qualname__}, not a {reply_type.__qualname__}",
             )
         return value
+
+    def _encode(self, message: object) -> tuple[StableTypeName, bytes]:
+        """The message's payload, within this host's message limit (MSG-1)."""
+        node = self._node
+        return node.registry.messages.encode_within(message, node.config.max_message_bytes)
 
     def settle_all(self) -> None:
         """Shutdown: every remote request still waiting ends with ``SHUTTING_DOWN`` (Rule 6)."""
