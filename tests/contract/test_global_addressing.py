@@ -93,6 +93,8 @@ class Room(Answering, zl.Spot):
 
     @zl.packet_handler(Note)
     async def note(self, msg: Note, ctx: zl.MessageContext) -> None:
+        if msg.text == "boom":
+            raise RuntimeError("a handler failing after the send completed")
         seen.append((self.context.ref.node_rid.value, f"{msg.text}:{ctx.deadline}"))
         Noted.event.set()
 
@@ -374,7 +376,7 @@ async def test_a_call_that_still_names_a_stopped_owner_ends_unavailable_at_once(
         with trio.fail_after(15):
             while owner not in remote._gone:  # the caller has seen the owner's record go
                 await trio.testing.wait_all_tasks_blocked(0.01)
-        assert owner == remote._cache[zl.SpotId(room)]
+        assert owner == remote._cache[zl.SpotId(room)].node_rid
         started = trio.current_time()
         request = first.route.request_to_spot(room, Ask("x"), reply_type=Answer).timeout(10)
         with trio.fail_after(15), pytest.raises(zl.ZLinkError) as caught:
@@ -578,7 +580,7 @@ def ledger_of(host: zl.Host, texts: tuple[str, ...]) -> list[str]:
 @pytest.mark.spec("CMP-4.3", "CMP-4.7", "ERR-9.2", "ERR-4.7", "ERR-5.11", "ERR-9.5")
 async def test_a_remote_send_completes_at_local_admission(store_dsn: str) -> None:
     """A send to a remote Spot whose gate is held completes at once (the local transport took
-    it), and one the remote Spot has no handler for completes too (the failure is the owner's,
+    it), and one whose handler will raise there completes too (the failure is the owner's,
     logged there). A request that finds the owner's queue full ends UNAVAILABLE, not
     CAPACITY_EXCEEDED: that queue belongs to another runtime."""
     Holding.entered = trio.Event()
@@ -596,7 +598,7 @@ async def test_a_remote_send_completes_at_local_admission(store_dsn: str) -> Non
             with trio.fail_after(15):
                 await Holding.entered.wait()
                 await first.route.send_to_spot(room, Note("queued")).submit()
-                await first.route.send_to_spot(room, Unhandled()).submit()
+                await first.route.send_to_spot(room, Note("boom")).submit()
                 # The owner's queue (limit 1) holds the Note now: a request finds it full.
                 with pytest.raises(zl.ZLinkError) as caught:
                     await first.route.request_to_spot(room, Ask("full"), reply_type=Answer).submit()

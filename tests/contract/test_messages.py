@@ -213,6 +213,22 @@ async def test_a_reply_that_cannot_travel_is_an_internal_failure_local_or_remote
             assert ".text" in failed.value.message
 
 
+@pytest.mark.spec("MSG-7")
+async def test_a_send_no_handler_takes_is_not_found_at_the_sender_local_or_remote(
+    store_dsn: str,
+) -> None:
+    """An Ask has a request handler and no packet handler: as a one-way send it ends NOT_FOUND
+    at the sender for a Spot on the caller's host and on another (before, the remote one was
+    admitted and dropped by its owner)."""
+    async with two_hosts(store_dsn) as (caller, ids):
+        with trio.fail_after(10):
+            for spot_id in ids:
+                with pytest.raises(zl.ZLinkError) as refused:
+                    await caller.route.send_to_spot(spot_id, Ask(1)).submit()
+                assert zl.ErrorKind.NOT_FOUND == refused.value.kind
+                assert "messages.Room has no" in refused.value.message
+
+
 def test_the_message_limit_is_checked_with_the_host_configuration() -> None:
     """max_message_bytes outside 1 KiB..256 MiB, or not an int, is a ConfigurationError."""
     for bad in (1023, 256 * 1024 * 1024 + 1, 4.0, True):

@@ -54,6 +54,10 @@ class SlowRoom(zl.Spot):
 
 @app.user_spot("overload.Quick")
 class QuickRoom(zl.Spot):
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note) -> None:
+        pass
+
     @zl.request_handler(Ask)
     async def ask(self, req: Ask) -> Answer:
         return Answer(req.n)

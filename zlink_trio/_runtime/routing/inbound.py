@@ -193,8 +193,14 @@ class Inbound:
             # Never wait here for one target: the others keep being served (Rule 5).
             await backlogs.park(nursery, origin.node_rid, target, decoded, metadata, instance)
         except ZLinkError as error:
-            _log.info(
-                "a send from %s to %s was not admitted: %s", origin.node_rid, message.target, error
+            # Its sender saw it admitted: a loss worth a warning, unless this host is ending.
+            level = logging.INFO if error.kind is ErrorKind.SHUTTING_DOWN else logging.WARNING
+            _log.log(
+                level,
+                "a send from %s to %s was not admitted: %s",
+                origin.node_rid,
+                message.target,
+                error,
             )
 
     def _signal(self, peer: NodeRid, spot_id: SpotId, pause: bool) -> None:

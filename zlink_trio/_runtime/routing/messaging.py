@@ -31,6 +31,10 @@ the encoded size must be within ``HostConfig.max_message_bytes``, and a target o
 the decoded copy of that encoding (or the message itself when it is immutable, payload.py Rule
 5), the wire the same bytes; the reply a local caller gets is copied the same way (local.py).
 Work from peers (``local=True``) was decoded from the wire already and is not screened again.
+Rule 9: a one-way message that its target's type has no handler for is refused at the sender
+with ``NOT_FOUND``, wherever the target lives: for a remote target the owner's record names its
+type, and the sender's own declarations (the same application) say whether that type handles
+the message; a type this host does not declare is left for its owner to judge (MSG-7).
 """
 
 from __future__ import annotations
@@ -130,6 +134,7 @@ class Messaging:
                     jobs.release()
                     remote = self.remote
                     assert remote is not None  # an Owner comes only from it
+                    self._check_handled(located, message)
                     await remote.send(
                         located, spot_id, message, metadata, self._type_of(instance), encoded
                     )
@@ -233,6 +238,26 @@ class Messaging:
         assert isinstance(answer, SpotClosed)  # remote.request checked the reply's class
         return answer.closed
 
+    def _check_handled(self, owner: Owner, message: object) -> None:
+        """Rule 9: ``NOT_FOUND`` when the owner's record names a type this host declares too
+        and that type has no packet handler for ``message``."""
+        name = owner.type_name
+        if name is None:
+            return
+        registry = self.node.registry
+        declared = registry.spot_types.get(name) or registry.actor_types.get(name)
+        if declared is None and registry.entry_type.name == name:
+            declared = registry.entry_type
+        if declared is None:
+            return
+        handler = declared.handlers.get(type(message))
+        if handler is None or handler.kind is not HandlerKind.PACKET:
+            raise ZLinkError(
+                ErrorKind.NOT_FOUND,
+                f"{name} has no {HandlerKind.PACKET.value} handler for "
+                f"{type(message).__qualname__}",
+            )
+
     @staticmethod
     def _type_of(instance: InstanceChoice | None) -> StableTypeName | None:
         if instance is None:
@@ -302,6 +327,7 @@ class Messaging:
         if not local and remote is not None and actor_id not in self.actors.actors:
             owner = await remote.owner_of(actor_id, math.inf)
             if isinstance(owner, Owner):
+                self._check_handled(owner, message)
                 await remote.send(owner, actor_id, message, metadata, None, encoded)
                 return
             if owner is STALE:

@@ -80,12 +80,14 @@ STALE = _Stale()
 
 
 class Owner:
-    """A live remote owner of a target: the node to send to."""
+    """A live remote owner of a target: the node to send to, and the target's stable type when
+    its record said it (a sender checks its handler, messaging.py Rule 9)."""
 
-    __slots__ = ("node_rid",)
+    __slots__ = ("node_rid", "type_name")
 
-    def __init__(self, node_rid: NodeRid) -> None:
+    def __init__(self, node_rid: NodeRid, type_name: StableTypeName | None = None) -> None:
         self.node_rid = node_rid
+        self.type_name = type_name
 
 
 class Remote:
@@ -104,7 +106,7 @@ class Remote:
         self._store = store
         self._membership = membership
         self.mesh: RouteMesh | None = None
-        self._cache: dict[Target, NodeRid] = {}
+        self._cache: dict[Target, Owner] = {}
         self._route_waiters: dict[NodeRid, trio.Event] = {}
         self._tasks: trio.Nursery | None = None
         self._gone: set[NodeRid] = set()
@@ -125,7 +127,7 @@ class Remote:
         it cannot be reached."""
         cached = self._cache.get(target)
         if cached is not None:
-            return Owner(cached)
+            return cached
         node = self._node
         record = None
         with trio.move_on_at(deadline):
@@ -139,8 +141,8 @@ class Remote:
                 known is None or known.generation != record.owner_generation
             ) and await node.authority.is_stale(record):
                 return STALE
-            self._cache[target] = record.owner
-            return Owner(record.owner)
+            owner = self._cache[target] = Owner(record.owner, record.type_name)
+            return owner
         raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"resolving {target} timed out")
 
     def forget(self, target: Target) -> None:
@@ -330,7 +332,7 @@ class Remote:
         every pause it sent is lifted (credit.py Rule 2)."""
         self.credits.drop_owner(owner)
         for target, cached in list(self._cache.items()):
-            if cached == owner:
+            if cached.node_rid == owner:
                 del self._cache[target]
 
     def _is_janitor(self) -> bool:
