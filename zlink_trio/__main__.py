@@ -7,6 +7,7 @@ import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import zlink_trio
 from zlink_trio.ids import MeshName
@@ -81,7 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect = store_commands.add_parser(
         "inspect", help="list the nodes, Spot and Actor authority records the store holds"
     )
-    inspect.add_argument("--dsn", help="the store's postgresql:// DSN (default: $ZLINK_STORE_DSN)")
+    inspect.add_argument(
+        "--dsn",
+        help="the store's postgresql:// DSN (default: $ZLINK_STORE_DSN, else the embedded store)",
+    )
+    inspect.add_argument(
+        "--data-dir",
+        type=Path,
+        help="the embedded store's data folder (default: the one hosts use with no DSN)",
+    )
     inspect.add_argument("--mesh", type=_mesh_name, help="only this mesh (default: every mesh)")
     inspect.add_argument("--json", action="store_true", help="print one JSON document")
     retire = store_commands.add_parser(
@@ -111,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "store" and args.store_command == "retire":
         return _store_retire(args.dsn, args.mesh, args.silence)
     if args.command == "store":
-        return _store_inspect(args.dsn, args.mesh, as_json=args.json)
+        return _store_inspect(args.dsn, args.data_dir, args.mesh, as_json=args.json)
     if args.command == "demo":
         from zlink_trio import _demo
 
@@ -145,21 +154,25 @@ def _mesh_name(value: str) -> MeshName:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _store_inspect(dsn: str | None, mesh: MeshName | None, *, as_json: bool) -> int:
+def _store_inspect(
+    dsn: str | None, data_dir: Path | None, mesh: MeshName | None, *, as_json: bool
+) -> int:
     """``zlink-trio store inspect`` (specs/inspect.md); imported late so ``info`` stays light."""
     from zlink_trio import _inspect
-    from zlink_trio._integration.store import DSN_VARIABLE
+    from zlink_trio._integration.store import DSN_VARIABLE, default_data_dir
 
     dsn = dsn or os.environ.get(DSN_VARIABLE) or None
     if dsn is None:
-        print(
-            f"zlink-trio store inspect: no store to inspect: pass --dsn or set {DSN_VARIABLE} "
-            "(an inspection never starts the embedded PostgreSQL)",
-            file=sys.stderr,
-        )
-        return 2
+        data_dir = (data_dir or default_data_dir()).expanduser().resolve()
+        if not (data_dir / "PG_VERSION").is_file():
+            print(
+                f"zlink-trio store inspect: no store to inspect: no embedded store in "
+                f"{data_dir}; pass --dsn, set {DSN_VARIABLE} or name --data-dir",
+                file=sys.stderr,
+            )
+            return 2
     try:
-        snapshot = _inspect.inspect(dsn, mesh)
+        snapshot = _inspect.inspect(dsn, mesh, data_dir)
     except _inspect.InspectError as error:
         print(f"zlink-trio store inspect: {error}", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 
 import attrs
 import trio
@@ -176,11 +177,13 @@ async def _read(stores: Stores, mesh: MeshName | None) -> Snapshot:
     return Snapshot(store_now, dict(sorted(meshes.items())), actors, actor_undecodable)
 
 
-def operator_store(dsn: str) -> StoreConfig:
+def operator_store(dsn: str | None, data_dir: Path | None = None) -> StoreConfig:
     """The small store connection an operator's command uses: no notifications, a pool of at
-    most three, ``STORE_TIMEOUT`` on every call (also ``store retire``)."""
+    most three, ``STORE_TIMEOUT`` on every call (also ``store retire``). ``dsn`` None: the
+    embedded server of ``data_dir``, joined as one more user (STORE-36)."""
     return StoreConfig(
         dsn=dsn,
+        data_dir=data_dir,
         pool_min_size=1,
         pool_max_size=3,
         operation_timeout=STORE_TIMEOUT,
@@ -189,25 +192,24 @@ def operator_store(dsn: str) -> StoreConfig:
     )
 
 
-async def _inspect(dsn: str, mesh: MeshName | None) -> Snapshot:
-    async with open_stores(operator_store(dsn)) as stores:
+async def _inspect(dsn: str | None, mesh: MeshName | None, data_dir: Path | None) -> Snapshot:
+    async with open_stores(operator_store(dsn, data_dir), environ={}) as stores:
         return await _read(stores, mesh)
 
 
-def inspect(dsn: str, mesh: MeshName | None) -> Snapshot:
-    """Read the store at ``dsn`` (one mesh, or every mesh); ``InspectError`` when it cannot."""
+def inspect(dsn: str | None, mesh: MeshName | None, data_dir: Path | None = None) -> Snapshot:
+    """Read the store at ``dsn``, or with ``dsn`` None the embedded store in ``data_dir`` (one
+    mesh, or every mesh); ``InspectError`` when it cannot."""
+    where = describe_dsn(dsn) if dsn is not None else f"the embedded store in {data_dir}"
     try:
-        return trio.run(_inspect, dsn, mesh)
+        return trio.run(_inspect, dsn, mesh, data_dir)
     except InspectError:
         raise
     except (ZLinkError, ConfigurationError, OSError) as error:
-        raise InspectError(
-            f"cannot read the store at {describe_dsn(dsn)}: {_one_line(error)}"
-        ) from None
+        raise InspectError(f"cannot read {where}: {_one_line(error)}") from None
     except Exception as error:  # a driver error of any type: one line, not a traceback
         raise InspectError(
-            f"cannot read the store at {describe_dsn(dsn)}: {type(error).__name__}: "
-            f"{_one_line(error)}"
+            f"cannot read {where}: {type(error).__name__}: {_one_line(error)}"
         ) from None
 
 

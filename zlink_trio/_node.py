@@ -18,6 +18,7 @@ Only the public API is used here: this module is what an operator's own runner w
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 import tomllib
@@ -173,6 +174,11 @@ async def run_node(config: NodeConfig) -> int:
 
 def main(config_path: str) -> int:
     """``zlink-trio node --config FILE``: 2 for a bad configuration, 1 when the host failed."""
+    # The application's modules are found in the current directory, as with ``python -m``; a
+    # console script's own folder is first on the path instead (NODE-5).
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         config = load_config(Path(config_path))
     except zl.ConfigurationError as error:

@@ -150,6 +150,33 @@ async def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
     assert "cannot import module" in stderr
 
 
+@pytest.mark.spec("NODE-5")
+async def test_the_console_script_finds_the_application_in_the_current_directory(
+    tmp_path: Path,
+) -> None:
+    """The installed ``zlink-trio`` script, run in a folder holding the app's module (not on
+    PYTHONPATH), imports it: the only problem left is the bad value the file holds on purpose,
+    so nothing starts."""
+    script = Path(sys.executable).parent / "zlink-trio"
+    if not script.exists():
+        pytest.skip("the zlink-trio console script is not installed beside this interpreter")
+    (tmp_path / "cwd_app.py").write_text("import zlink_trio as zl\napp = zl.Application()\n")
+    config = _config(tmp_path, 'app = "cwd_app:app"\nmesh = "m"\nrequest_timeout = -1\n')
+    with trio.fail_after(COMMAND_TIMEOUT):
+        done = await trio.run_process(
+            [str(script), "node", "--config", str(config)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={name: value for name, value in os.environ.items() if name != DSN_VARIABLE},
+            cwd=tmp_path,
+        )
+    stderr = done.stderr.decode()
+    assert 2 == done.returncode, stderr
+    assert "request_timeout" in stderr
+    assert "cannot import" not in stderr
+
+
 @pytest.mark.spec("NODE-3")
 async def test_missing_config_file_exits_2(tmp_path: Path) -> None:
     done = await _run("node", "--config", str(tmp_path / "absent.toml"))

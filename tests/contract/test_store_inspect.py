@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import attrs
 import pytest
@@ -26,6 +27,7 @@ from zlink_trio._integration.store import (
     StoreConfig,
     open_stores,
 )
+from zlink_trio._integration.store.embedded import EmbeddedPostgres
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio.ids import NodeGeneration, NodeRid, StableTypeName
 
@@ -211,14 +213,39 @@ async def test_undecodable_records_are_listed_not_fatal(store_dsn: str) -> None:
 
 
 @pytest.mark.spec("INSPECT-5")
-async def test_without_a_store_the_command_refuses_with_status_2() -> None:
-    """No ``--dsn`` and no ``ZLINK_STORE_DSN``: a clear message, exit 2, no embedded server."""
-    done = await run_cli("store", "inspect", "--mesh", "anything")
+async def test_without_a_dsn_an_empty_data_folder_is_refused_with_status_2(
+    tmp_path: Path,
+) -> None:
+    """No ``--dsn``, no ``ZLINK_STORE_DSN`` and a data folder without a database: a clear
+    message, exit 2, and the folder is not created."""
+    folder = tmp_path / "nothing-here"
+    done = await run_cli("store", "inspect", "--data-dir", str(folder), "--mesh", "anything")
     out, err = _text(done)
     assert 2 == done.returncode
-    assert "no store to inspect: pass --dsn or set ZLINK_STORE_DSN" in err
+    assert f"no store to inspect: no embedded store in {folder}" in err
     assert "Traceback" not in err
     assert "" == out
+    assert not folder.exists()
+
+
+@pytest.mark.spec("INSPECT-5", "STORE-36")
+async def test_without_a_dsn_the_embedded_store_is_joined_and_inspected(pg_folder: Path) -> None:
+    """No DSN: the command reads the embedded store of ``--data-dir``, joining the server this
+    test holds, and leaves it running for this test."""
+    data_dir = pg_folder / "pg"
+    holder = EmbeddedPostgres(data_dir)
+    dsn = await holder.start(60)
+    try:
+        mesh = f"emb-{uuid.uuid4().hex[:8]}"
+        await put_raw(dsn, f"m/{mesh}/spot/x", b"not cbor")
+        done = await run_cli("store", "inspect", "--data-dir", str(data_dir), "--mesh", mesh)
+        out, err = _text(done)
+        assert 0 == done.returncode, err
+        assert f"m/{mesh}/spot/x" in out
+        assert (data_dir / "postmaster.pid").exists()
+        await put_raw(dsn, f"m/{mesh}/spot/y", b"still served")
+    finally:
+        await holder.stop(60)
 
 
 @pytest.mark.spec("INSPECT-6")

@@ -209,7 +209,7 @@ class Parent:
 
     async def read_activations(self) -> dict[str, int] | None:
         try:
-            snapshot = await _inspect._inspect(self.dsn, zl.MeshName(self.mesh))
+            snapshot = await _inspect._inspect(self.dsn, zl.MeshName(self.mesh), None)
         except Exception:  # the view is best effort; the store's own errors show in hosts
             return None
         counts = {host.rid: 0 for host in self.hosts}

@@ -81,7 +81,7 @@ async def test_a_killed_user_is_not_counted_and_the_last_live_one_stops_the_serv
     data_dir = pg_folder / "pg"
     here = EmbeddedPostgres(data_dir)
     await here.start(START)
-    child = subprocess.Popen(  # noqa: ASYNC220  # killed below; waited for in a thread
+    child = subprocess.Popen(  # killed below; waited for in a thread
         [sys.executable, "-c", CHILD, str(data_dir), "hold"], stdout=subprocess.PIPE, text=True
     )
     try:
@@ -126,3 +126,24 @@ async def test_parallel_processes_on_one_folder_all_succeed(pg_folder: Path) -> 
                 nursery.start_soon(one)
     assert [0] * 6 == results
     assert not running(data_dir)
+
+
+@pytest.mark.spec("STORE-39")
+def test_the_pools_reconnect_failures_are_one_line_each(caplog: pytest.LogCaptureFixture) -> None:
+    """asyncpg's warning for a failed reconnect of its pool floor, logged as asyncpg logs it
+    (with the exception), comes out as one line naming the cause, without a traceback."""
+    import logging
+
+    import zlink_trio._integration.store.bridge  # noqa: F401  # installs the filter
+
+    try:
+        raise ConnectionRefusedError(111, "Connect call failed")
+    except ConnectionRefusedError:
+        logging.getLogger("asyncpg.pool").warning(
+            "Failed to restore the pool connection floor; retrying", exc_info=True
+        )
+    (record,) = [r for r in caplog.records if r.name == "asyncpg.pool"]
+    text = logging.Formatter("%(levelname)s %(message)s").format(record)
+    assert 1 == len(text.splitlines()), text
+    assert "WARNING Failed to restore the pool connection floor; retrying" in text
+    assert "ConnectionRefusedError" in text

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import random
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -72,6 +73,25 @@ _SESSION_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
     "application_name": "zlink_trio",
 }
+
+
+class _FloorRetriesInOneLine(logging.Filter):
+    """asyncpg logs every failed attempt to reconnect its pool's floor with a full traceback:
+    while the store is down, one traceback a second per pool. The line stays (at WARNING), the
+    cause joins it, the traceback goes (STORE-39)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Failed to restore the pool"):
+            error = record.exc_info[1]
+            record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_FLOOR_FILTER = _FloorRetriesInOneLine()
+logging.getLogger("asyncpg.pool").addFilter(_FLOOR_FILTER)
 
 
 def _failure(error: Exception, where: str) -> ZLinkError:
