@@ -81,7 +81,8 @@ class _FloorRetriesInOneLine(logging.Filter):
     cause joins it, the traceback goes (STORE-39)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and str(record.msg).startswith("Failed to restore the pool"):
+        template = record.msg  # asyncpg's format string, not an error's text
+        if record.exc_info and isinstance(template, str) and template.startswith(_FLOOR):
             error = record.exc_info[1]
             record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}"
             record.args = None
@@ -90,6 +91,7 @@ class _FloorRetriesInOneLine(logging.Filter):
         return True
 
 
+_FLOOR = "Failed to restore the pool connection floor"
 _FLOOR_FILTER = _FloorRetriesInOneLine()
 logging.getLogger("asyncpg.pool").addFilter(_FLOOR_FILTER)
 

@@ -42,7 +42,7 @@ waiting does not stop it (SHUT-4.10); every ``shutdown()`` call waits for that o
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -62,6 +62,7 @@ from zlink_trio._runtime.calls.worker_calls import Workers
 from zlink_trio._runtime.declarations.config import FRAME_HEADROOM, HostConfig
 from zlink_trio._runtime.engines.completion import CompletionDispatcher
 from zlink_trio._runtime.engines.workers import WorkerScheduler
+from zlink_trio._runtime.host.interrupts import Interruption, watch_interrupts
 from zlink_trio._runtime.host.tree import TaskTree
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.authority import SpotAuthority
@@ -148,8 +149,13 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
     node_generation = NodeGeneration.new()
     fence = Fence(config.node_lease)
     store_config = StoreConfig(dsn=config.store_dsn, data_dir=config.store_data_dir)
+    interruption: Interruption | None = None
+    unwatch: Callable[[], None] = lambda: None  # noqa: E731  # replaced once the nursery runs
     try:
         async with trio.open_nursery() as nursery:
+            # SIGINT is a message from here on, never an exception inside the store (SHUT-8.1).
+            interruption = Interruption(nursery)
+            unwatch = watch_interrupts(interruption)
             tree = TaskTree(nursery)
             stores = await nursery.start(tree.run_store, store_config)
             dispatcher = CompletionDispatcher()
@@ -235,15 +241,28 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
             spots.forward = partial(forward, remote)
             await nursery.start(tree.run_remote, remote, inbound)
             host = Host(messaging, tree)
+            interruption.shutdown = host.shutdown
             try:
                 yield host
             finally:
                 with trio.CancelScope(shield=True):
                     await host.shutdown()
-    except BaseExceptionGroup as group:
+    except BaseException as error:
+        if interruption is not None and interruption.interrupted:
+            # What the block raised while the host shut down (calls ending SHUTTING_DOWN) came
+            # of the interrupt: it leaves as the cause of the KeyboardInterrupt (SHUT-8.2).
+            raise KeyboardInterrupt from error
+        if not isinstance(error, BaseExceptionGroup):
+            raise
         # The host nursery wraps what passes through it; a lone error leaves as itself, so
         # callers can branch on its type and kind.
-        lone = sole_error(group)
+        lone = sole_error(error)
         if lone is None:
             raise
         raise lone from None
+    finally:
+        unwatch()
+    if interruption is not None and interruption.interrupted:
+        # The orderly shutdown is done; the interrupt leaves as itself, outside any group, so
+        # ``except KeyboardInterrupt`` catches it (SHUT-8.2).
+        raise KeyboardInterrupt
