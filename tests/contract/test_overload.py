@@ -52,6 +52,19 @@ class SlowRoom(zl.Spot):
         return Answer(req.n)
 
 
+@app.actor("overload.SlowActor")
+class SlowActor(zl.Actor):
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note) -> None:
+        Slow.entered.set()
+        await Slow.release.wait()
+        noted.append(msg.n)
+
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask) -> Answer:
+        return Answer(req.n)
+
+
 @app.user_spot("overload.Quick")
 class QuickRoom(zl.Spot):
     @zl.packet_handler(Note)
@@ -95,6 +108,48 @@ async def test_a_full_spot_does_not_stall_requests_to_the_other_spots_of_its_hos
             with pytest.raises(zl.ZLinkError) as full:
                 await (
                     sender.route.request_to_spot(slow, Ask(1), reply_type=Answer)
+                    .timeout(3)
+                    .submit()
+                )
+            assert zl.ErrorKind.UNAVAILABLE == full.value.kind
+            assert trio.current_time() - started < 1.0
+            Slow.release.set()
+            while len(noted) < count:  # noqa: ASYNC110  # handled on the other host's tasks
+                await trio.sleep(0.01)
+        assert list(range(count)) == noted
+
+
+@pytest.mark.spec("OVL-5")
+async def test_a_full_actor_does_not_stall_requests_to_the_other_targets_of_its_host(
+    store_dsn: str,
+) -> None:
+    """The same as OVL-1 for an Actor: another host floods an Actor whose handler is stuck,
+    far past its queue; a request to a Spot of that host is answered, one to the Actor is
+    refused UNAVAILABLE at once, and once it moves again every note is handled, in order
+    (before, the reader waited for the Actor's queue and the Spot's request timed out)."""
+    noted.clear()
+    Slow.release, Slow.entered = trio.Event(), trio.Event()
+    mesh = f"ovl-{uuid.uuid4().hex[:8]}"
+    actor, quick = f"actor-{uuid.uuid4().hex[:6]}", f"quick-{uuid.uuid4().hex[:6]}"
+    sender_config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn)
+    owner_config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, mailbox_limit=8)
+    count = 200
+    async with (
+        zl.open_host(app, owner_config) as owner,
+        zl.open_host(app, sender_config) as sender,
+    ):
+        await owner.actors.create(actor, "overload.SlowActor").submit()
+        await owner.spots.get_or_create(quick, "overload.Quick").submit()
+        with trio.fail_after(30):
+            for n in range(count):
+                await sender.route.send_to_actor(actor, Note(n)).submit()
+            await Slow.entered.wait()
+            answered = sender.route.request_to_spot(quick, Ask(7), reply_type=Answer)
+            assert Answer(7) == await answered.timeout(3).submit()
+            started = trio.current_time()
+            with pytest.raises(zl.ZLinkError) as full:
+                await (
+                    sender.route.request_to_actor(actor, Ask(1), reply_type=Answer)
                     .timeout(3)
                     .submit()
                 )

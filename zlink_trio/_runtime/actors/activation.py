@@ -175,6 +175,12 @@ class ActorActivation:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
         self.mailbox.offer(envelope, f"Actor {self.actor_id}")
 
+    def try_put(self, envelope: Envelope) -> bool:
+        """``put`` without waiting: ``False`` when the queue is full."""
+        if not self.accepting:
+            raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
+        return self.mailbox.try_put(envelope, f"Actor {self.actor_id}")
+
     async def put(self, envelope: Envelope) -> None:
         """Admit, waiting for room while the queue is full; a wait that the Actor's closing ends
         is ``UNAVAILABLE``, or ``SHUTTING_DOWN`` with its host (CMP-7.9)."""

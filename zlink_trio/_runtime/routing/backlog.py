@@ -1,17 +1,19 @@
 """One-way messages from peers that cannot be admitted at once wait per target, not in the
-transport's reader (specs/overload.md OVL-1, OVL-3).
+transport's reader (specs/overload.md OVL-1, OVL-3, OVL-5).
 
-Rule 1: the reader never waits for one target. A send from a peer to a Spot is admitted on the
-spot when a job permit and mailbox room are free (``try_admit``: no checkpoint, no task).
+Rule 1: the reader never waits for one target. A send from a peer to a Spot or an Actor is
+admitted on the spot when a job permit and queue room are free (``try_admit``: no checkpoint,
+no task).
 Otherwise, or while earlier messages to the same target still wait, it joins that target's
 backlog, in arrival order, and one feeder task per target admits the backlog through the
-ordinary waiting send (``Messaging.send(local=True)``), so the order per sender and target is
+ordinary waiting send (``Messaging.send`` / ``send_actor`` with ``local=True``), so the order
+per sender and target is
 the order of arrival and every other target keeps being served (OVL-1).
 Rule 2: the backlogs together are bounded. Past ``limit`` parked messages the reader waits until
 a feeder has admitted one, so memory stays bounded when many targets are slow at once; the
 first wait of each episode is logged (OVL-3).
-Rule 4: a request never overtakes a backlog. A request from a peer to a Spot whose backlog is not
-empty finds that Spot full: it is answered ``UNAVAILABLE`` at once (the owner's queue is full,
+Rule 4: a request never overtakes a backlog. A request from a peer to a target whose backlog is
+not empty finds it full: it is answered ``UNAVAILABLE`` at once (the owner's queue is full,
 ERR-5.11), so it is neither handled before the sends that came first nor held behind them.
 Rule 5: backpressure reaches the senders of a full Spot and no others. When a target's backlog
 reaches ``PAUSE_AT`` messages, every peer that sent to it is told to pause (``signal(peer,
@@ -32,10 +34,15 @@ import trio
 from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.node.envelope import Envelope
-from zlink_trio._runtime.routing.local import InstanceChoice, resolve_spot
+from zlink_trio._runtime.routing.local import (
+    InstanceChoice,
+    actor_context,
+    resolve_actor,
+    resolve_spot,
+)
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio.errors import ZLinkError
-from zlink_trio.ids import NodeRid, SpotId
+from zlink_trio.ids import ActorId, NodeRid, SpotId
 
 __all__ = ["BACKLOG_LIMIT", "PAUSE_AT", "RESUME_AT", "Backlogs"]
 
@@ -48,6 +55,7 @@ PAUSE_AT = 256
 RESUME_AT = 64
 """A paused target's backlog at which its senders resume (Rule 5)."""
 
+Target = SpotId | ActorId
 _Parked = tuple[NodeRid, object, Mapping[str, str], InstanceChoice | None]
 
 
@@ -58,21 +66,21 @@ class Backlogs:
         self,
         messaging: Messaging,
         limit: int = BACKLOG_LIMIT,
-        signal: Callable[[NodeRid, SpotId, bool], None] | None = None,
+        signal: Callable[[NodeRid, Target, bool], None] | None = None,
     ) -> None:
         self._messaging = messaging
         self._limit = limit
         self.signal = signal
         """Tells ``peer`` to pause (``True``) or resume sends to a target (Rule 5)."""
-        self._queues: dict[SpotId, collections.deque[_Parked]] = {}
-        self._paused: dict[SpotId, set[NodeRid]] = {}
+        self._queues: dict[Target, collections.deque[_Parked]] = {}
+        self._paused: dict[Target, set[NodeRid]] = {}
         self._parked = 0
         self._room = trio.Event()
         self._overloaded = False
 
-    def holds(self, spot_id: SpotId) -> int:
-        """How many messages from peers wait for ``spot_id`` (0 when none)."""
-        queue = self._queues.get(spot_id)
+    def holds(self, target: Target) -> int:
+        """How many messages from peers wait for ``target`` (0 when none)."""
+        queue = self._queues.get(target)
         return 0 if queue is None else len(queue)
 
     @property
@@ -82,29 +90,40 @@ class Backlogs:
 
     def try_admit(
         self,
-        spot_id: SpotId,
+        target: Target,
         message: object,
         metadata: Mapping[str, str],
         instance: InstanceChoice | None,
     ) -> bool:
         """Admit ``message`` now if nothing of its target waits and nothing has to wait;
-        ``False`` when it must be parked (Rule 1). Errors raise as from ``Messaging.send``."""
-        if spot_id in self._queues:
+        ``False`` when it must be parked (Rule 1). Errors raise as from ``Messaging.send``
+        (``send_actor`` for an Actor)."""
+        if target in self._queues:
             return False
-        node = self._messaging.node
+        messaging = self._messaging
+        node = messaging.node
         node.check_admitting()
         jobs = node.jobs
         if not jobs.try_acquire():
             return False
         try:
-            found = resolve_spot(
-                self._messaging.spots, spot_id, type(message), HandlerKind.PACKET, instance, True
-            )
-            if isinstance(found, tuple):
-                activation, handler = found
-                envelope = Envelope(message, handler, MessageContext(spot_id, metadata), None)
-                if activation.try_put(envelope):
+            if type(target) is ActorId:
+                actor, handler = resolve_actor(
+                    messaging.actors, target, type(message), HandlerKind.PACKET
+                )
+                context = actor_context(actor, target, metadata)
+                if actor.try_put(Envelope(message, handler, context, None)):
                     return True
+            else:
+                assert isinstance(target, SpotId)
+                found = resolve_spot(
+                    messaging.spots, target, type(message), HandlerKind.PACKET, instance, True
+                )
+                if isinstance(found, tuple):
+                    activation, handler = found
+                    envelope = Envelope(message, handler, MessageContext(target, metadata), None)
+                    if activation.try_put(envelope):
+                        return True
         except BaseException:
             jobs.release()
             raise
@@ -115,7 +134,7 @@ class Backlogs:
         self,
         nursery: trio.Nursery,
         origin: NodeRid,
-        spot_id: SpotId,
+        spot_id: Target,
         message: object,
         metadata: Mapping[str, str],
         instance: InstanceChoice | None,
@@ -149,22 +168,26 @@ class Backlogs:
             for peer in sorted(senders, key=lambda rid: rid.value):
                 self._tell(peer, spot_id, True)
 
-    def _tell(self, peer: NodeRid, spot_id: SpotId, pause: bool) -> None:
+    def _tell(self, peer: NodeRid, spot_id: Target, pause: bool) -> None:
         if self.signal is not None:
             self.signal(peer, spot_id, pause)
 
-    def _resume(self, spot_id: SpotId) -> None:
+    def _resume(self, spot_id: Target) -> None:
         for peer in sorted(self._paused.pop(spot_id, ()), key=lambda rid: rid.value):
             self._tell(peer, spot_id, False)
 
-    async def _feed(self, spot_id: SpotId, queue: collections.deque[_Parked]) -> None:
+    async def _feed(self, spot_id: Target, queue: collections.deque[_Parked]) -> None:
         """Admit ``spot_id``'s backlog in order through the waiting send (Rules 1, 3)."""
         messaging = self._messaging
         try:
             while queue:
                 origin, message, metadata, instance = queue[0]
                 try:
-                    await messaging.send(spot_id, message, metadata, instance, None, local=True)
+                    if type(spot_id) is ActorId:
+                        await messaging.send_actor(spot_id, message, metadata, local=True)
+                    else:
+                        assert isinstance(spot_id, SpotId)
+                        await messaging.send(spot_id, message, metadata, instance, None, local=True)
                 except ZLinkError as error:
                     _log.info("a send from %s to %s was not admitted: %s", origin, spot_id, error)
                 queue.popleft()

@@ -20,7 +20,7 @@ answered with what that returned (messaging.py Rule 7; SPOT-92).
 Rule 5: a send from a peer never makes the reader wait for its target: what cannot be admitted
 at once waits in that target's backlog (``backlog.py``, OVL-1), fed by a task of its own in the
 nursery ``run`` keeps open; only when every backlog together is full does the reader wait
-(OVL-3). Sends to Actors are admitted as before (OVL-1 names them pending).
+(OVL-3); sends to Actors the same (OVL-5).
 Rule 3: a full queue here is the owner's resource for the caller, so a caller on another host
 sees ``UNAVAILABLE``, never ``CAPACITY_EXCEEDED`` (ERR-5.11); and this host's shutdown is, for
 a caller whose own host runs on, an owner that went away: ``UNAVAILABLE``, never
@@ -101,9 +101,9 @@ class Inbound:
             nursery.start_soon(self._inbound_close, origin, message)
             return
         target = message.target
-        if type(target) is SpotId and (waiting := self.backlogs.holds(target)):
+        if waiting := self.backlogs.holds(target):
             # Full, with sends that came first still waiting: refused, never ahead of them.
-            full = f"Spot {target} is full: {waiting} messages from peers wait for it"
+            full = f"{target} is full: {waiting} messages from peers wait for it"
             self._answer(origin, message, ZLinkError(ErrorKind.UNAVAILABLE, full))
             return
         if not self._admit_request(origin, message, arrived):
@@ -175,15 +175,11 @@ class Inbound:
         self._answer(origin, request, outcome.value if error is None else _for_caller(error))
 
     async def _inbound_send(self, origin: PeerRun, message: Send) -> None:
-        messaging = self._messaging
         node = self._node
         try:
             decoded = node.registry.messages.decode(message.message_type, message.payload)
             metadata = dict(message.metadata)
             target = message.target
-            if isinstance(target, ActorId):
-                await messaging.send_actor(target, decoded, metadata, local=True)
-                return
             instance = _instance_of(message)
             backlogs, nursery = self.backlogs, self._nursery
             if backlogs.try_admit(target, decoded, metadata, instance):
@@ -203,7 +199,7 @@ class Inbound:
                 error,
             )
 
-    def _signal(self, peer: NodeRid, spot_id: SpotId, pause: bool) -> None:
+    def _signal(self, peer: NodeRid, spot_id: SpotId | ActorId, pause: bool) -> None:
         """Tell ``peer`` to pause or resume its sends to ``spot_id`` (backlog.py Rule 5)."""
         nursery, mesh = self._nursery, self._remote.mesh
         if nursery is None or mesh is None:
