@@ -19,6 +19,8 @@ from zlink_trio._integration.transport import (
     PeerAddress,
     PeerRun,
     RouteUp,
+    curve_public,
+    new_curve_secret,
     open_route_mesh,
 )
 from zlink_trio._runtime.ownership.node_record import NodeRecord
@@ -59,14 +61,23 @@ async def test_undecodable_input_from_a_peer_is_refused_and_the_host_goes_on(
     room = SpotId(f"room-{uuid.uuid4().hex[:8]}")
     fake = NodeRid(f"fake-{uuid.uuid4().hex[:8]}")
     generation = NodeGeneration.new()
-    config = MeshConfig(mesh=MeshName(mesh), node_rid=fake, generation=generation)
+    secret = new_curve_secret()  # a member's key: the host accepts only members (SEC-2)
+    config = MeshConfig(
+        mesh=MeshName(mesh), node_rid=fake, generation=generation, curve_secret_key=secret
+    )
     async with (
         open_stores(StoreConfig(dsn=store_dsn)) as stores,
         zl.open_host(app, zl.HostConfig(mesh=mesh, store_dsn=store_dsn)) as host,
         open_route_mesh(config, ignore) as peer,
     ):
         await host.spots.get_or_create(room.value, "wire.Room").submit()
-        record = NodeRecord(fake, generation, peer.application_endpoint, peer.completion_endpoint)
+        record = NodeRecord(
+            fake,
+            generation,
+            peer.application_endpoint,
+            peer.completion_endpoint,
+            curve_key=curve_public(secret).decode(),
+        )
         key = f"m/{mesh}/node/{fake.value}"
         await stores.location.write(
             Batch([IfMissing(key)], [Put(key, record.encode(), timedelta(seconds=60))])
@@ -74,7 +85,14 @@ async def test_undecodable_input_from_a_peer_is_refused_and_the_host_goes_on(
         found = await stores.location.read(f"m/{mesh}/node/{host.node_rid.value}")
         assert isinstance(found, Found)
         own = NodeRecord.decode(found.value)
-        peer.add_peer(PeerAddress(host.node_rid, own.application_endpoint, own.completion_endpoint))
+        peer.add_peer(
+            PeerAddress(
+                host.node_rid,
+                own.application_endpoint,
+                own.completion_endpoint,
+                own.curve_key.encode(),
+            )
+        )
 
         async def ask(message_type: str, payload: bytes) -> object:
             return await peer.request(

@@ -30,6 +30,11 @@ from zlink_trio._integration.transport.routes import (
     RouteUp,
     routing_identity,
 )
+from zlink_trio._integration.transport.security import (
+    UNAUTHENTICATED,
+    curve_public,
+    new_curve_secret,
+)
 
 __all__ = [
     "LATE_REPLY",
@@ -42,6 +47,9 @@ __all__ = [
     "RouteLost",
     "RouteMesh",
     "RouteUp",
+    "UNAUTHENTICATED",
+    "curve_public",
+    "new_curve_secret",
     "open_route_mesh",
     "routing_identity",
 ]

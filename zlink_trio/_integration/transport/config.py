@@ -29,6 +29,11 @@ def _count(_instance: object, attribute: attrs.Attribute[int], value: object) ->
         raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
 
 
+def _optional_key(_instance: object, attribute: attrs.Attribute[bytes], value: object) -> None:
+    if value is not None and (type(value) is not bytes or len(value) != 40):
+        raise ValueError(f"{attribute.name} must be a 40-byte Z85 CURVE key or None")
+
+
 @attrs.frozen
 class PeerAddress:
     """Where the node ``node_rid`` listens: its application and its completion endpoint."""
@@ -36,6 +41,8 @@ class PeerAddress:
     node_rid: NodeRid = attrs.field(validator=attrs.validators.instance_of(NodeRid))
     application_endpoint: str = attrs.field(validator=_endpoint)
     completion_endpoint: str = attrs.field(validator=_endpoint)
+    curve_key: bytes | None = attrs.field(default=None, validator=_optional_key)
+    """The node's Z85 CURVE public key (40 bytes); ``None`` for a node without security."""
 
 
 @attrs.frozen(kw_only=True)
@@ -64,6 +71,10 @@ class MeshConfig:
     """Seconds that messages admitted before close may still take to leave (TRN-22)."""
     receive_batch: int = attrs.field(default=64, validator=_count)
     """Messages a reader takes before it lets other tasks run."""
+    curve_secret_key: bytes | None = attrs.field(default=None, validator=_optional_key)
+    """This node's Z85 CURVE secret key: every connection is encrypted and only peers given
+    with their public keys are accepted (security.py). ``None``: no security (a trusted
+    network only)."""
 
     def __attrs_post_init__(self) -> None:
         if self.liveness_window <= self.heartbeat_interval:

@@ -108,23 +108,24 @@ class InboundConnections:
         """Drop the connections of ``run`` (it was replaced): its frames are unknown from now."""
         self._connections.pop(routing_identity(run.node_rid, run.generation), None)
 
-    async def receive(self, frames: list[bytes]) -> None:
+    async def receive(self, frames: list[bytes], user: str | None = None) -> None:
         """Judge one multipart message from the ROUTER (routing id first) and deliver or drop it.
+        ``user``: the node RID its connection was authenticated as (security.py Rule 3).
 
         Takes the list: the routing id is removed from it."""
-        judged = self._judge(frames)
+        judged = self._judge(frames, user)
         if judged is not None:
             assert self._deliver is not None  # the application role's reader calls this
             await self._deliver(*judged)
 
-    def receive_now(self, frames: list[bytes]) -> None:
+    def receive_now(self, frames: list[bytes], user: str | None = None) -> None:
         """Judge one multipart message and settle or drop it, without waiting (replies)."""
-        judged = self._judge(frames)
+        judged = self._judge(frames, user)
         if judged is not None:
             assert self._settle is not None  # the completion role's reader calls this
             self._settle(judged[1])  # type: ignore[arg-type]  # the completion role's kinds
 
-    def _judge(self, frames: list[bytes]) -> tuple[PeerRun, Delivered] | None:
+    def _judge(self, frames: list[bytes], user: str | None) -> tuple[PeerRun, Delivered] | None:
         """The run and message to deliver, or None when the frames were handled here."""
         limit = self._max_frame
         if max(map(len, frames)) > limit:
@@ -134,10 +135,15 @@ class InboundConnections:
         del frames[0]  # the body: no copy of the list per message
         connection = self._connections.get(identity)
         if connection is None:
-            self._open(identity, frames)
+            self._open(identity, frames, user)
+            return None
+        run = connection.run
+        if user is not None and user != run.node_rid.value:
+            # A member's connection that borrows another member's routing id (security.py).
+            detail = f"a connection authenticated as {user} speaks as {run.node_rid}"
+            self._drop(identity, RefusalReason.PEER_MISMATCH.value, detail)
             return None
         verdict = connection.protocol.receive(frames)
-        run = connection.run
         kind = type(verdict)
         if kind in self._accepted:
             route = self._routes.get(run.node_rid)
@@ -165,7 +171,7 @@ class InboundConnections:
             connection.run = current
         return None
 
-    def _open(self, identity: bytes, body: list[bytes]) -> None:
+    def _open(self, identity: bytes, body: list[bytes], user: str | None) -> None:
         try:
             hello = decode(body)
         except ZLinkError as error:
@@ -175,6 +181,10 @@ class InboundConnections:
             self._drop(identity, RefusalReason.NOT_OPENED.value, "no Hello on this connection")
             return
         rid, generation = hello.node_rid, hello.node_generation
+        if user is not None and user != rid.value:
+            detail = f"a connection authenticated as {user} says it is {rid}"
+            self._drop(identity, RefusalReason.PEER_MISMATCH.value, detail)
+            return
         if identity != routing_identity(rid, generation):
             detail = f"routing id is not the one of {rid} run {generation!r}"
             self._drop(identity, RefusalReason.PEER_MISMATCH.value, detail)

@@ -29,6 +29,7 @@ methods here. Nothing here calls into the mesh: the readers' handlers are passed
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
@@ -37,6 +38,7 @@ import zmq
 
 from zlink_trio._integration.transport.config import MeshConfig, PeerAddress
 from zlink_trio._integration.transport.routes import routing_identity
+from zlink_trio._integration.transport.security import ZapHandler, curve_public
 from zlink_trio._integration.transport.socket import OutboundLink, read_messages, read_replies
 from zlink_trio._wire import PROTOCOL_VERSION, ConnectionRole, Heartbeat, Hello, encode
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -69,19 +71,31 @@ class PeerLinks:
 class MeshSockets:
     """Every ZeroMQ socket of one RouteMesh: its two bound ROUTERs and each peer's links."""
 
-    def __init__(self, config: MeshConfig) -> None:
-        """Bind both ROUTERs; a bind that fails raises ``ZLinkError(UNAVAILABLE)`` (TRN-9)."""
+    def __init__(self, config: MeshConfig, drops: Counter[str]) -> None:
+        """Bind both ROUTERs (after the ZAP handler, with security); a bind that fails raises
+        ``ZLinkError(UNAVAILABLE)`` (TRN-9). ``drops`` counts refused connections."""
         self._config = config
-        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()  # one per process
+        # A context per mesh: its ZAP handler is the context's, and it must be this mesh's
+        # (security.py Rule 1). Its I/O thread lets what close admitted leave (TRN-22).
+        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        secret = config.curve_secret_key
+        self._curve = None if secret is None else (curve_public(secret), secret)
+        self.zap: ZapHandler | None = None
+        if secret is not None:
+            self.zap = ZapHandler(self._context, drops)
         self._identity = routing_identity(config.node_rid, config.generation)
         self._links: dict[NodeRid, PeerLinks] = {}
         self._nursery: trio.Nursery | None = None
         self._waits_ended: tuple[ErrorKind, str] | None = None
-        self._application = self._bind(config.application_bind, config.receive_hwm)
         try:
-            self._completion = self._bind(config.completion_bind, 0)
+            self._application = self._bind(config.application_bind, config.receive_hwm)
+            try:
+                self._completion = self._bind(config.completion_bind, 0)
+            except BaseException:
+                self._application.close(linger=0)
+                raise
         except BaseException:
-            self._application.close(linger=0)
+            self._context.destroy(linger=0)  # the ZAP handler's socket with it
             raise
         self.application_endpoint: str = self._application.getsockopt_string(zmq.LAST_ENDPOINT)
         """Where the application ROUTER is bound (a ``*`` port resolved)."""
@@ -96,8 +110,8 @@ class MeshSockets:
     def start(
         self,
         nursery: trio.Nursery,
-        receive: Callable[[list[bytes]], Awaitable[None]],
-        receive_now: Callable[[list[bytes]], None],
+        receive: Callable[[list[bytes], str | None], Awaitable[None]],
+        receive_now: Callable[[list[bytes], str | None], None],
         batch: int,
     ) -> None:
         """Start the two ROUTER readers in ``nursery``; the links' owner tasks run there too.
@@ -106,16 +120,26 @@ class MeshSockets:
         ROUTER is not read); ``receive_now`` is called for each one of the completion ROUTER.
         """
         self._nursery = nursery
-        nursery.start_soon(read_messages, self._application, receive, batch)
+        if self.zap is not None:
+            nursery.start_soon(self.zap.serve)
+        users = self._curve is not None  # each message says who sent it (security.py Rule 3)
+        nursery.start_soon(read_messages, self._application, receive, batch, users)
         # Replies come singly and each wakes a waiting caller: read them one by one.
-        nursery.start_soon(read_replies, self._completion, receive_now, batch)
+        nursery.start_soon(read_replies, self._completion, receive_now, batch, users)
 
     def connect(self, address: PeerAddress) -> None:
         """Connect a DEALER pair to ``address``, replacing any table entry for its node.
 
         Raises ``ValueError`` for an endpoint pyzmq refuses (TRN-9).
         """
+        curve = self._curve
+        if curve is not None and address.curve_key is None:
+            raise ValueError(f"{address.node_rid} publishes no CURVE key: it runs without security")
+        if curve is None and address.curve_key is not None:
+            raise ValueError(f"{address.node_rid} requires CURVE security and this node has none")
         self._links[address.node_rid] = self._connect(address)
+        if self.zap is not None and address.curve_key is not None:
+            self.zap.allow(address.node_rid.value, address.curve_key)
 
     def renew(self, node_rid: NodeRid, message: str) -> None:
         """Replace the links of ``node_rid``, if any, by fresh ones to the same address.
@@ -131,6 +155,8 @@ class MeshSockets:
     def disconnect(self, node_rid: NodeRid, message: str) -> bool:
         """Close and forget the links of ``node_rid``; their waiting senders raise
         ``ZLinkError(UNAVAILABLE, message)`` (TRN-7). False when it had none."""
+        if self.zap is not None:
+            self.zap.forget(node_rid.value)
         links = self._links.pop(node_rid, None)
         if links is None:
             return False
@@ -170,10 +196,21 @@ class MeshSockets:
             links.completion.try_send(_HEARTBEAT)
 
     def close_routers(self) -> None:
-        """Close both ROUTERs; their readers return (call once the links are closed)."""
+        """Close both ROUTERs and the ZAP handler; their readers return (call once the links
+        are closed). The context ends in libzmq's own time: what the links admitted leaves
+        within their linger, and nothing here waits for it."""
         for socket in (self._application, self._completion):
             trio.lowlevel.notify_closing(socket.fileno())
             socket.close(linger=0)  # the ROUTERs only receive: nothing of ours is queued there
+        if self.zap is not None:
+            self.zap.close()
+
+    async def end(self) -> None:
+        """End the context once every socket is closed: what the links admitted leaves within
+        their linger (TRN-22). libzmq's ``term`` blocks for that, so it runs in a thread, bounded
+        by the linger; past it the context is left to end on its own."""
+        with trio.CancelScope(shield=True), trio.move_on_after(self._config.linger + 1.0):
+            await trio.to_thread.run_sync(self._context.term, abandon_on_cancel=True)
 
     def _bind(self, endpoint: str, receive_hwm: int) -> zmq.Socket[bytes]:
         socket = self._context.socket(zmq.ROUTER)
@@ -184,6 +221,10 @@ class MeshSockets:
             # between the configured limit and the guard is counted and dropped (inbound.py).
             socket.setsockopt(zmq.MAXMSGSIZE, 2 * self._config.max_frame_bytes)
             socket.setsockopt(zmq.LINGER, 0)
+            if self._curve is not None:
+                socket.setsockopt(zmq.CURVE_SERVER, 1)
+                socket.setsockopt(zmq.CURVE_SECRETKEY, self._curve[1])
+                socket.setsockopt(zmq.ZAP_DOMAIN, self._config.mesh.value.encode())
             socket.bind(endpoint)
         except BaseException as error:
             socket.close(linger=0)
@@ -204,6 +245,11 @@ class MeshSockets:
             socket.setsockopt(zmq.ROUTING_ID, self._identity)
             socket.setsockopt(zmq.SNDHWM, hwm)
             socket.setsockopt(zmq.LINGER, int(config.linger * 1000))
+            if self._curve is not None:
+                assert address.curve_key is not None  # connect() refused a peer without
+                socket.setsockopt(zmq.CURVE_SERVERKEY, address.curve_key)
+                socket.setsockopt(zmq.CURVE_PUBLICKEY, self._curve[0])
+                socket.setsockopt(zmq.CURVE_SECRETKEY, self._curve[1])
             try:
                 socket.connect(endpoint)
             except zmq.ZMQError as error:  # no binding error crosses the surface (TRN-9)

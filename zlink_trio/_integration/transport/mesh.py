@@ -88,7 +88,7 @@ class RouteMesh:
         self._scope = trio.CancelScope()
         self._until_checkpoint = SENDS_PER_CHECKPOINT
         self._send_changes, self.route_changes = trio.open_memory_channel[RouteChange](math.inf)
-        self._sockets = MeshSockets(config)  # binds the ROUTERs
+        self._sockets = MeshSockets(config, self.drops)  # binds the ROUTERs
         self._links = self._sockets.links  # read here; changed through self._sockets only
         self.application_endpoint: str = self._sockets.application_endpoint
         """The endpoint peers connect to for this node's application connection."""
@@ -383,9 +383,8 @@ async def open_route_mesh(config: MeshConfig, on_message: OnMessage) -> AsyncIte
     """Run this node's RouteMesh for the body of the ``async with`` block (TRN-23, TRN-24).
 
     The sockets are bound before the body runs (read the endpoints from the mesh). Leaving the
-    block closes the mesh (:meth:`RouteMesh.close`) and then its sockets; messages admitted
-    before the close may still leave for ``config.linger`` seconds, handled by libzmq's own
-    I/O thread, so closing never blocks Trio.
+    block closes the mesh (:meth:`RouteMesh.close`), then its sockets and context; messages
+    admitted before the close may still leave for ``config.linger`` seconds (links.py).
     """
     mesh = RouteMesh(config, on_message)
     try:
@@ -398,3 +397,4 @@ async def open_route_mesh(config: MeshConfig, on_message: OnMessage) -> AsyncIte
     finally:
         mesh.close()
         mesh._sockets.close_routers()
+        await mesh._sockets.end()

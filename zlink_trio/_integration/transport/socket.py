@@ -50,6 +50,7 @@ _MORE_NOBLOCK: Final = zmq.SNDMORE | zmq.NOBLOCK
 _POLLIN: Final = zmq.POLLIN
 _POLLOUT: Final = zmq.POLLOUT
 _EVENTS: Final = zmq.EVENTS
+_USER_ID: Final = "User-Id"
 _SUCCEEDED: Final = trio.lowlevel.Abort.SUCCEEDED
 # pyzmq's own frame calls, without the Python layer of ``send_multipart`` / ``recv_multipart``
 # around them (type checks, keyword handling, a Python call per frame): a message here is always
@@ -62,10 +63,13 @@ _send_frame = _BackendSocket.send
 
 async def read_messages(
     socket: zmq.Socket[bytes],
-    handle: Callable[[list[bytes]], Awaitable[None]],
+    handle: Callable[[list[bytes], str | None], Awaitable[None]],
     batch: int,
+    users: bool = False,
 ) -> None:
     """Receive every multipart message of ``socket`` into ``handle``, one at a time, forever.
+    With ``users`` each message comes with the User-Id its connection was authenticated as
+    (security.py Rule 3), else with ``None``.
 
     The caller's task becomes the socket's owner. It lets other tasks run after ``batch``
     messages, or when the socket is empty. It returns when the FD is closed under it
@@ -85,11 +89,12 @@ async def read_messages(
                 except zmq.Again:
                     break
                 frames = [frame.bytes]
+                user = cast(str, frame.get(_USER_ID)) if users else None
                 # The rest of a multipart message is already here: libzmq delivers it whole.
                 while frame.more:
                     frame = receive(_NOBLOCK, False)
                     frames.append(frame.bytes)
-                await handle(frames)
+                await handle(frames, user)
             else:
                 await trio.lowlevel.checkpoint()  # a full batch: give other tasks their turn
                 continue
@@ -100,7 +105,10 @@ async def read_messages(
 
 
 async def read_replies(
-    socket: zmq.Socket[bytes], handle: Callable[[list[bytes]], None], batch: int
+    socket: zmq.Socket[bytes],
+    handle: Callable[[list[bytes], str | None], None],
+    batch: int,
+    users: bool = False,
 ) -> None:
     """:func:`read_messages` for a ``handle`` that never waits (it is called, not awaited).
 
@@ -121,10 +129,11 @@ async def read_replies(
                 except zmq.Again:
                     break
                 frames = [frame.bytes]
+                user = cast(str, frame.get(_USER_ID)) if users else None
                 while frame.more:
                     frame = receive(_NOBLOCK, False)
                     frames.append(frame.bytes)
-                handle(frames)
+                handle(frames, user)
                 if not events(_EVENTS) & _POLLIN:  # Rule 1
                     empty = True
                     break

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_TIMEOUT_MS",
     "MIN_MESSAGE_BYTES",
     "HostConfig",
+    "check_curve_secret",
     "check_timeout",
 ]
 
@@ -88,6 +89,32 @@ def _check_message_bytes(value: object) -> None:
         )
 
 
+Z85_ALPHABET = frozenset(
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+)
+
+
+def check_curve_secret(value: object, where: str) -> str:
+    """``value`` when it is a CURVE secret key in Z85 (40 characters); ``ValueError`` else,
+    never quoting the key."""
+    if not isinstance(value, str) or len(value) != 40 or not set(value) <= Z85_ALPHABET:
+        raise ValueError(f"{where} must be a CURVE secret key of 40 Z85 characters")
+    return value
+
+
+def _check_security(security: object, secret: object, key_file: object) -> None:
+    if security not in ("curve", "none"):
+        raise ValueError(f"transport_security must be 'curve' or 'none', got {security!r}")
+    if key_file is not None and not isinstance(key_file, Path):
+        raise TypeError(f"curve_key_file takes a Path, not {type(key_file).__name__}")
+    if secret is not None:
+        check_curve_secret(secret, "curve_secret_key")
+    if secret is not None and key_file is not None:
+        raise ValueError("give curve_secret_key or curve_key_file, not both")
+    if security == "none" and (secret is not None or key_file is not None):
+        raise ValueError("a CURVE key is given but transport_security is 'none'")
+
+
 def _check_cpu_slots(value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"cpu_worker_slots takes an int, not {type(value).__name__}")
@@ -143,6 +170,16 @@ class HostConfig:
     its last renewal (MESH-3); it is renewed every third of it."""
     cpu_worker_slots: int = attrs.field(factory=_default_cpu_slots)
     """CPU worker threads of the host, 1..1024; the default is the number of CPUs (CMP-3.10)."""
+    transport_security: str = "curve"
+    """``"curve"`` (the default): every connection between hosts is encrypted and accepted only
+    from a live member of the mesh, by the CURVE key its node record publishes (specs/security.md).
+    ``"none"``: no encryption and no authentication, for a trusted network only; every host of
+    a mesh must choose the same."""
+    curve_secret_key: str | None = None
+    """This host's CURVE secret key (40 Z85 characters); with neither this nor
+    ``curve_key_file`` every run makes a fresh key pair (its public key is in its node record)."""
+    curve_key_file: Path | None = None
+    """A file whose first line is this host's CURVE secret key (40 Z85 characters)."""
     max_message_bytes: int = 4 * 1024 * 1024
     """Largest encoded message (payload) this host sends, receives or delivers, 1 KiB..256 MiB;
     a larger one is refused at its sender with ``PROTOCOL_ERROR``, whether its target is on this
@@ -163,6 +200,12 @@ class HostConfig:
             _problem(_check_mailbox_limit, self.mailbox_limit),
             _problem(_check_cpu_slots, self.cpu_worker_slots),
             _problem(_check_message_bytes, self.max_message_bytes),
+            _problem(
+                _check_security,
+                self.transport_security,
+                self.curve_secret_key,
+                self.curve_key_file,
+            ),
         ]
         problems = [f"HostConfig: {problem}" for problem in found if problem is not None]
         if problems:

@@ -50,7 +50,7 @@ import trio
 
 from zlink_trio._exception_groups import sole_error
 from zlink_trio._integration.store import StoreConfig
-from zlink_trio._integration.transport import MeshConfig
+from zlink_trio._integration.transport import MeshConfig, curve_public, new_curve_secret
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.application.application import Application
@@ -59,7 +59,11 @@ from zlink_trio._runtime.calls.actor_manager import ActorManager
 from zlink_trio._runtime.calls.route import Route
 from zlink_trio._runtime.calls.spot_manager import SpotManager
 from zlink_trio._runtime.calls.worker_calls import Workers
-from zlink_trio._runtime.declarations.config import FRAME_HEADROOM, HostConfig
+from zlink_trio._runtime.declarations.config import (
+    FRAME_HEADROOM,
+    HostConfig,
+    check_curve_secret,
+)
 from zlink_trio._runtime.engines.completion import CompletionDispatcher
 from zlink_trio._runtime.engines.workers import WorkerScheduler
 from zlink_trio._runtime.host.interrupts import Interruption, watch_interrupts
@@ -75,6 +79,7 @@ from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId
 
 __all__ = ["Host", "open_host"]
@@ -147,6 +152,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
         else NodeRid(config.node_rid)
     )
     node_generation = NodeGeneration.new()
+    curve_secret = _curve_secret(config)
     fence = Fence(config.node_lease)
     store_config = StoreConfig(dsn=config.store_dsn, data_dir=config.store_data_dir)
     interruption: Interruption | None = None
@@ -200,6 +206,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                     node_rid,
                     node_generation,
                     types=[t.name for t in registry.spot_types.values()],
+                    curve_key="" if curve_secret is None else curve_public(curve_secret).decode(),
                 ),
                 lease=config.node_lease,
                 fence=fence,
@@ -220,6 +227,7 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                     # The payload frame is the message; its header frame (ids, metadata) gets
                     # room of its own (MSG-6).
                     max_frame_bytes=config.max_message_bytes + FRAME_HEADROOM,
+                    curve_secret_key=curve_secret,
                 ),
                 inbound,
             )
@@ -266,3 +274,22 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
         # The orderly shutdown is done; the interrupt leaves as itself, outside any group, so
         # ``except KeyboardInterrupt`` catches it (SHUT-8.2).
         raise KeyboardInterrupt
+
+
+def _curve_secret(config: HostConfig) -> bytes | None:
+    """This run's CURVE secret key (specs/security.md SEC-1): the configured one, the one in the
+    key file, or a fresh one; ``None`` with ``transport_security="none"``. A key file that cannot
+    be read or holds no key is a ``ConfigurationError`` before anything starts."""
+    if config.transport_security == "none":
+        return None
+    if config.curve_secret_key is not None:
+        return config.curve_secret_key.encode()
+    if config.curve_key_file is None:
+        return new_curve_secret()
+    try:
+        lines = config.curve_key_file.read_text(encoding="ascii").splitlines()
+        return check_curve_secret(lines[0].strip() if lines else "", "the key file").encode()
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise ConfigurationError(
+            f"HostConfig: curve_key_file {config.curve_key_file}: {type(error).__name__}: {error}"
+        ) from None

@@ -83,6 +83,16 @@ def _check_load(_instance: object, _attribute: object, value: Any) -> None:
         raise ValueError(f"load must be in 0..{MAX_LOAD}, got {value}")
 
 
+_Z85 = frozenset(
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+)
+
+
+def _check_curve_key(_instance: object, _attribute: object, value: Any) -> None:
+    if not isinstance(value, str) or (value and (len(value) != 40 or not set(value) <= _Z85)):
+        raise ValueError(f"curve_key must be empty or a 40-character Z85 key, got {value!r}")
+
+
 def _check_endpoint(_instance: object, attribute: attrs.Attribute[str], value: Any) -> None:
     if type(value) is not str:
         raise TypeError(f"{attribute.name} must be a str, not {type(value).__name__}")
@@ -105,6 +115,9 @@ class NodeRecord:
     """The stable Spot type names this node can host (placement input)."""
     load: int = attrs.field(default=0, validator=_check_load)
     """How many activations the node holds, as of its last write."""
+    curve_key: str = attrs.field(default="", validator=_check_curve_key)
+    """The run's Z85 CURVE public key: peers accept only connections with it (specs/security.md
+    SEC-2); empty for a node without transport security."""
 
     def encode(self) -> bytes:
         """The CBOR bytes stored at the node's key."""
@@ -117,6 +130,7 @@ class NodeRecord:
                 "state": self.state,
                 "types": [name.value for name in self.types],
                 "load": self.load,
+                **({"curve": self.curve_key} if self.curve_key else {}),
             }
         )
 
@@ -149,6 +163,7 @@ class NodeRecord:
                 data["state"],
                 tuple(StableTypeName(name) for name in types),
                 data["load"],
+                data.get("curve", ""),
             )
         except (TypeError, ValueError) as error:
             raise ValueError(f"a node record holds a bad field: {error}") from None

@@ -313,6 +313,7 @@ class Remote:
                                     record.rid,
                                     record.application_endpoint,
                                     record.completion_endpoint,
+                                    record.curve_key.encode() or None,
                                 )
                             )
                         except (ValueError, ZLinkError) as error:
