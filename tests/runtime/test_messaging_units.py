@@ -41,7 +41,10 @@ class Note:
 
 class Seen:
     notes: list[tuple[str, str, str, dict[str, str]]] = []  # noqa: RUF012  # reset per test
+    contexts: list[zl.MessageContext] = []  # noqa: RUF012  # reset per test
     arrived = trio.Event()
+    holding = trio.Event()
+    release = trio.Event()
     closing_for = 0.0
 
 
@@ -67,14 +70,28 @@ class Counter(zl.InstanceSpot):
         return Answer(self.context.ref.node_rid.value, req.text)
 
 
+@app.message("msgunits.Hold")
+@attrs.frozen
+class Hold:
+    pass
+
+
 @app.actor("msgunits.User")
 class User(zl.Actor):
     @zl.request_handler(Ask)
-    async def ask(self, req: Ask) -> Answer:
+    async def ask(self, req: Ask, ctx: zl.MessageContext) -> Answer:
+        Seen.contexts.append(ctx)
         return Answer(self.context.ref.node_rid.value, req.text)
+
+    @zl.request_handler(Hold, reply=Answer)
+    async def hold(self, req: Hold) -> Answer:
+        Seen.holding.set()
+        await Seen.release.wait()
+        return Answer(self.context.ref.node_rid.value, "held")
 
     @zl.packet_handler(Note)
     async def note(self, msg: Note, ctx: zl.MessageContext) -> None:
+        Seen.contexts.append(ctx)
         Seen.notes.append(("user", self.context.ref.node_rid.value, msg.text, dict(ctx.metadata)))
         Seen.arrived.set()
 
@@ -101,7 +118,10 @@ async def two_hosts(
 @pytest.fixture(autouse=True)
 def fresh_seen() -> None:
     Seen.notes = []
+    Seen.contexts = []
     Seen.arrived = trio.Event()
+    Seen.holding = trio.Event()
+    Seen.release = trio.Event()
     Seen.closing_for = 0.0
 
 
@@ -240,3 +260,78 @@ async def test_instance_spot_without_a_type_cannot_reach_another_host(store_dsn:
             .submit()
         )
         assert Answer(second.node_rid.value, "y") == answer
+
+
+@pytest.mark.spec("ACT-15", "ACT-14")
+async def test_a_local_actor_sees_its_id_its_spot_and_the_metadata(store_dsn: str) -> None:
+    """A send and a request to an Actor of this host: the handler's context names the Actor and
+    its current Spot, and carries the metadata as sent (and a deadline only for the request)."""
+    user = fresh("user")
+    async with zl.open_host(app, zl.HostConfig(mesh=fresh("mu"), store_dsn=store_dsn)) as host:
+        created = await host.actors.create(user, "msgunits.User").submit()
+        assert created.actor_ref is not None
+        await host.route.send_to_actor(user, Note("n")).metadata("k", "send").submit()
+        with trio.fail_after(10):
+            await Seen.arrived.wait()
+        answer = await (
+            host.route.request_to_actor(user, Ask("r"), reply_type=Answer)
+            .metadata("k", "request")
+            .submit()
+        )
+        assert Answer(host.node_rid.value, "r") == answer
+    sent, asked = Seen.contexts
+    for context, value in ((sent, "send"), (asked, "request")):
+        assert zl.ActorId(user) == context.actor_id
+        assert {"k": value} == dict(context.metadata)
+        assert context.spot_id is not None
+    assert sent.deadline is None
+    assert asked.deadline is not None
+
+
+@pytest.mark.spec("ERR-8.1")
+async def test_a_request_to_an_actor_waits_for_a_job_permit_within_its_deadline(
+    store_dsn: str,
+) -> None:
+    """With the host's one job permit taken by a message queued behind a held request (a job
+    holds its permit while it waits in a queue), a request to an Actor waits for a permit until
+    its own deadline and ends DEADLINE_EXCEEDED."""
+    user = fresh("user")
+    config = zl.HostConfig(mesh=fresh("mu"), store_dsn=store_dsn, app_job_queue_size=1)
+    async with zl.open_host(app, config) as host:
+        await host.actors.create(user, "msgunits.User").submit()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(host.route.request_to_actor(user, Hold(), reply_type=Answer).submit)
+            with trio.fail_after(10):
+                await Seen.holding.wait()
+            await host.route.send_to_actor(user, Note("queued")).submit()
+            with trio.fail_after(10), pytest.raises(zl.ZLinkError) as late:
+                await (
+                    host.route.request_to_actor(user, Ask("late"), reply_type=Answer)
+                    .timeout(0.2)
+                    .submit()
+                )
+            assert zl.ErrorKind.DEADLINE_EXCEEDED == late.value.kind
+            Seen.release.set()
+
+
+@pytest.mark.spec("ERR-5.10")
+async def test_a_request_to_a_full_actor_queue_leaves_nothing_in_flight(store_dsn: str) -> None:
+    """A request finding the Actor's queue full ends CAPACITY_EXCEEDED; once the rest is
+    answered, no call is left in the host's in-flight table."""
+    user = fresh("user")
+    config = zl.HostConfig(mesh=fresh("mu"), store_dsn=store_dsn, mailbox_limit=1)
+    async with zl.open_host(app, config) as host:
+        await host.actors.create(user, "msgunits.User").submit()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(host.route.request_to_actor(user, Hold(), reply_type=Answer).submit)
+            with trio.fail_after(10):
+                await Seen.holding.wait()
+            await host.route.send_to_actor(user, Note("queued")).submit()
+            # The Actor's queue (limit 1) holds the Note: a request finds it full.
+            with pytest.raises(zl.ZLinkError) as full:
+                await host.route.request_to_actor(user, Ask("full"), reply_type=Answer).submit()
+            assert zl.ErrorKind.CAPACITY_EXCEEDED == full.value.kind
+            Seen.release.set()
+        with trio.fail_after(10):
+            await Seen.arrived.wait()
+        assert 0 == host._node.dispatcher.in_flight
