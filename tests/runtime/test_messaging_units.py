@@ -13,9 +13,12 @@ import attrs
 import cbor2
 import pytest
 import trio
+import trio.testing
 
 import zlink_trio as zl
 from zlink_trio._integration.store import Batch, IfMissing, Put, StoreConfig, open_stores
+from zlink_trio._runtime.ownership.node_record import PeerDown
+from zlink_trio._runtime.routing.remote import Owner
 
 app = zl.Application()
 
@@ -335,3 +338,38 @@ async def test_a_request_to_a_full_actor_queue_leaves_nothing_in_flight(store_ds
         with trio.fail_after(10):
             await Seen.arrived.wait()
         assert 0 == host._node.dispatcher.in_flight
+
+
+@pytest.mark.spec("ROUTE-5", "ERR-8.1")
+async def test_a_remote_send_that_fails_after_admission_gives_back_no_extra_permit(
+    store_dsn: str,
+) -> None:
+    """A send handed to the remote side has given its local job permit back; when the remote
+    side then fails (here: the caller still names an owner that has left), the caller's permits
+    are as many as configured, not one more."""
+    room = fresh("room")
+    mesh = fresh("mu")
+    config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, app_job_queue_size=1)
+    async with zl.open_host(app, config) as first:
+        remote = first._messaging.remote
+        assert remote is not None
+        async with zl.open_host(app, zl.HostConfig(mesh=mesh, store_dsn=store_dsn)) as second:
+            await second.spots.get_or_create(room, "msgunits.Room").submit()
+            await first.route.send_to_spot(room, Note("there")).submit()
+            gone = second.node_rid
+            events = remote._membership.subscribe()
+        with trio.fail_after(20):
+            async with events:
+                async for event in events:  # the caller's membership sees the owner leave
+                    if isinstance(event, PeerDown) and event.rid == gone:
+                        break
+            await trio.testing.wait_all_tasks_blocked()  # and its routing took it in
+
+        async def stale_owner_of(target: object, deadline: float) -> Owner:
+            return Owner(gone)  # the instant the caller still names the departed owner
+
+        remote.owner_of = stale_owner_of  # type: ignore[assignment,method-assign]
+        with pytest.raises(zl.ZLinkError) as caught:
+            await first.route.send_to_spot(room, Note("late")).submit()
+        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+        assert 1 == first._node.jobs.available
