@@ -73,12 +73,14 @@ class Authority:
         self.records: dict[Any, SpotRecord] = {}
         self.stale: set[NodeRid] = set()
         self.reads = 0
+        self.read_targets: list[Any] = []
         self.held = False
         self.reclaimed: list[NodeRid | None] = []
         self.reclaim_result: int | ZLinkError = 0
 
     async def read(self, target: Any) -> SpotRecord | None:
         self.reads += 1
+        self.read_targets.append(target)
         if self.held:
             await trio.sleep_forever()
         return self.records.get(target)
@@ -366,6 +368,8 @@ async def test_a_request_with_no_time_left_is_not_sent(
         assert ErrorKind.DEADLINE_EXCEEDED == caught.value.kind
         assert "room" in caught.value.message
     assert [] == scene.mesh.asked
+    await scene.remote.request(Owner(PEER), ROOM, "x", str, {}, None, trio.current_time() + 0.25)
+    assert [0.25] == [asked["timeout"] for asked in scene.mesh.asked]
 
 
 @pytest.mark.spec("ROUTE-3")
@@ -568,7 +572,7 @@ async def test_the_cache_forgets_what_a_departed_or_lost_owner_held_and_its_paus
         for target in (ROOM, USER):
             await scene.remote.owner_of(target, math.inf)
         scene.remote.credits.pause(gone, ROOM)
-        reads = scene.authority.reads
+        scene.authority.read_targets.clear()
         if isinstance(change, PeerDown):
             scene.membership.send_events.send_nowait(change)
         else:
@@ -577,7 +581,8 @@ async def test_the_cache_forgets_what_a_departed_or_lost_owner_held_and_its_paus
         assert not scene.remote.credits.is_paused(gone, ROOM)
         for target in (ROOM, USER):
             await scene.remote.owner_of(target, math.inf)
-        assert reads + 1 == scene.authority.reads  # only the gone owner's target was read
+        # Only the gone owner's target was forgotten, so only it was read again.
+        assert [ROOM if gone == PEER else USER] == scene.authority.read_targets
 
 
 @pytest.mark.spec("ROUTE-1")
@@ -646,6 +651,12 @@ async def test_the_smallest_live_rid_reclaims_a_departed_peer_and_sweeps(
         assert (
             "could not reclaim the records of None: UNAVAILABLE: store down" == caplog.messages[-1]
         )
+        scene.membership.send_events.send_nowait(PeerDown(NodeRid("broken"), NodeGeneration(1)))
+        await settle()
+        assert (
+            "could not reclaim the records of broken: UNAVAILABLE: store down"
+            == (caplog.messages[-1])
+        )
         authority.reclaim_result = 0
         caplog.clear()
         scene.membership.send_events.send_nowait(PeerDown(NodeRid("quiet"), NodeGeneration(1)))
@@ -654,5 +665,5 @@ async def test_the_smallest_live_rid_reclaims_a_departed_peer_and_sweeps(
         scene.live(NodeRid("a-first"))  # a smaller RID: that host is the janitor now
         scene.membership.send_events.send_nowait(PeerDown(NodeRid("x"), NodeGeneration(1)))
         await trio.sleep(SWEEP_LEASES * LEASE)
-        assert [PEER, None, None, NodeRid("quiet")] == authority.reclaimed
+        assert [PEER, None, None, NodeRid("broken"), NodeRid("quiet")] == authority.reclaimed
         nursery.cancel_scope.cancel()
