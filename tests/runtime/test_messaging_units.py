@@ -72,6 +72,11 @@ class Counter(zl.InstanceSpot):
     async def ask(self, req: Ask) -> Answer:
         return Answer(self.context.ref.node_rid.value, req.text)
 
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note) -> None:
+        Seen.notes.append(("counter", self.context.ref.node_rid.value, msg.text, {}))
+        Seen.arrived.set()
+
 
 @app.message("msgunits.Hold")
 @attrs.frozen
@@ -373,3 +378,27 @@ async def test_a_remote_send_that_fails_after_admission_gives_back_no_extra_perm
             await first.route.send_to_spot(room, Note("late")).submit()
         assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
         assert 1 == first._node.jobs.available
+
+
+@pytest.mark.spec("GLOBAL-12", "ROUTE-8")
+async def test_a_remote_send_carries_its_instance_type(store_dsn: str) -> None:
+    """A send marked ``instance_spot(type)`` that goes to another host carries the type: when
+    the id is not active there (the caller still names that host as its owner, the instant a
+    lost cold race hands messages over), that host activates it cold and handles the message."""
+    counter = fresh("counter")
+    async with two_hosts(store_dsn) as (first, second, _):
+        remote = first._messaging.remote
+        assert remote is not None
+
+        async def stale_owner_of(target: object, deadline: float) -> Owner:
+            return Owner(second.node_rid)
+
+        remote.owner_of = stale_owner_of  # type: ignore[assignment,method-assign]
+        await (
+            first.route.send_to_spot(counter, Note("cold"))
+            .instance_spot("msgunits.Counter")
+            .submit()
+        )
+        with trio.fail_after(10):
+            await Seen.arrived.wait()
+    assert [("counter", second.node_rid.value, "cold", {})] == Seen.notes
