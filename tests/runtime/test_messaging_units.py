@@ -42,6 +42,12 @@ class Note:
     text: str
 
 
+@app.message("msgunits.Hold")
+@attrs.frozen
+class Hold:
+    pass
+
+
 class Seen:
     notes: list[tuple[str, str, str, dict[str, str]]] = []  # noqa: RUF012  # reset per test
     contexts: list[zl.MessageContext] = []  # noqa: RUF012  # reset per test
@@ -54,8 +60,15 @@ class Seen:
 @app.user_spot("msgunits.Room")
 class Room(zl.Spot):
     @zl.request_handler(Ask)
-    async def ask(self, req: Ask) -> Answer:
+    async def ask(self, req: Ask, ctx: zl.MessageContext) -> Answer:
+        Seen.contexts.append(ctx)
         return Answer(self.context.ref.node_rid.value, req.text)
+
+    @zl.request_handler(Hold, reply=Answer)
+    async def hold(self, req: Hold) -> Answer:
+        Seen.holding.set()
+        await Seen.release.wait()
+        return Answer(self.context.ref.node_rid.value, "held")
 
     @zl.packet_handler(Note)
     async def note(self, msg: Note, ctx: zl.MessageContext) -> None:
@@ -76,12 +89,6 @@ class Counter(zl.InstanceSpot):
     async def note(self, msg: Note) -> None:
         Seen.notes.append(("counter", self.context.ref.node_rid.value, msg.text, {}))
         Seen.arrived.set()
-
-
-@app.message("msgunits.Hold")
-@attrs.frozen
-class Hold:
-    pass
 
 
 @app.actor("msgunits.User")
@@ -349,9 +356,9 @@ async def test_a_request_to_a_full_actor_queue_leaves_nothing_in_flight(store_ds
 async def test_a_remote_send_that_fails_after_admission_gives_back_no_extra_permit(
     store_dsn: str,
 ) -> None:
-    """A send handed to the remote side has given its local job permit back; when the remote
-    side then fails (here: the caller still names an owner that has left), the caller's permits
-    are as many as configured, not one more."""
+    """A send or request handed to the remote side has given its local job permit back; when
+    the remote side then fails (here: the caller still names an owner that has left), the
+    caller's permits are as many as configured, not one more."""
     room = fresh("room")
     mesh = fresh("mu")
     config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, app_job_queue_size=1)
@@ -374,10 +381,14 @@ async def test_a_remote_send_that_fails_after_admission_gives_back_no_extra_perm
             return Owner(gone)  # the instant the caller still names the departed owner
 
         remote.owner_of = stale_owner_of  # type: ignore[assignment,method-assign]
-        with pytest.raises(zl.ZLinkError) as caught:
-            await first.route.send_to_spot(room, Note("late")).submit()
-        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
-        assert 1 == first._node.jobs.available
+        for call in (
+            first.route.send_to_spot(room, Note("late")),
+            first.route.request_to_spot(room, Ask("late"), reply_type=Answer),
+        ):
+            with pytest.raises(zl.ZLinkError) as caught:
+                await call.submit()
+            assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+            assert 1 == first._node.jobs.available
 
 
 @pytest.mark.spec("GLOBAL-12", "ROUTE-8")
@@ -402,3 +413,52 @@ async def test_a_remote_send_carries_its_instance_type(store_dsn: str) -> None:
         with trio.fail_after(10):
             await Seen.arrived.wait()
     assert [("counter", second.node_rid.value, "cold", {})] == Seen.notes
+
+
+@pytest.mark.spec("CMP-5.10", "CMP-9.5")
+async def test_a_local_spot_request_sees_its_spot_metadata_and_mesh(store_dsn: str) -> None:
+    """A request to a Spot of this host: its handler's context names the Spot and carries the
+    metadata and a deadline; a request naming another mesh ends NOT_FOUND and reaches nobody."""
+    room = fresh("room")
+    async with zl.open_host(app, zl.HostConfig(mesh=fresh("mu"), store_dsn=store_dsn)) as host:
+        await host.spots.get_or_create(room, "msgunits.Room").submit()
+        with pytest.raises(zl.ZLinkError) as caught:
+            await (
+                host.route.request_to_spot(room, Ask("elsewhere"), reply_type=Answer)
+                .in_mesh("elsewhere")
+                .submit()
+            )
+        assert zl.ErrorKind.NOT_FOUND == caught.value.kind
+        answer = await (
+            host.route.request_to_spot(room, Ask("here"), reply_type=Answer)
+            .metadata("k", "v")
+            .submit()
+        )
+        assert Answer(host.node_rid.value, "here") == answer
+    [context] = Seen.contexts
+    assert zl.SpotId(room) == context.spot_id
+    assert {"k": "v"} == dict(context.metadata)
+    assert context.actor_id is None
+    assert context.deadline is not None
+
+
+@pytest.mark.spec("ERR-5.10")
+async def test_a_request_to_a_full_spot_queue_leaves_nothing_in_flight(store_dsn: str) -> None:
+    """A request finding the Spot's queue full ends CAPACITY_EXCEEDED; once the rest is
+    answered, no call is left in the host's in-flight table."""
+    room = fresh("room")
+    config = zl.HostConfig(mesh=fresh("mu"), store_dsn=store_dsn, mailbox_limit=1)
+    async with zl.open_host(app, config) as host:
+        await host.spots.get_or_create(room, "msgunits.Room").submit()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(host.route.request_to_spot(room, Hold(), reply_type=Answer).submit)
+            with trio.fail_after(10):
+                await Seen.holding.wait()
+            await host.route.send_to_spot(room, Note("queued")).submit()
+            with pytest.raises(zl.ZLinkError) as full:
+                await host.route.request_to_spot(room, Ask("full"), reply_type=Answer).submit()
+            assert zl.ErrorKind.CAPACITY_EXCEEDED == full.value.kind
+            Seen.release.set()
+        with trio.fail_after(10):
+            await Seen.arrived.wait()
+        assert 0 == host._node.dispatcher.in_flight
