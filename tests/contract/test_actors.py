@@ -92,6 +92,12 @@ class Block:
     mark: str
 
 
+@app.message("act.Recall")
+@attrs.frozen
+class Recall:
+    pass
+
+
 @app.message("act.AskSelf")
 @attrs.frozen
 class AskSelf:
@@ -163,6 +169,10 @@ class Player(zl.Actor):
     @zl.packet_handler(Say)
     async def say(self, msg: Say) -> None:
         self.said.append(msg.text)
+
+    @zl.request_handler(Recall)
+    async def recall(self, req: Recall) -> Said:
+        return Said(list(self.said))
 
     @zl.packet_handler(Join)
     async def join(self, msg: Join) -> None:
@@ -557,6 +567,11 @@ async def test_actors_have_their_own_instance_queue_and_order(store_dsn: str) ->
             await host.route.send_to_actor(one, Say(str(number))).metadata("n", "1").submit()
         said = await host.route.request_to_actor(one, Where(), reply_type=Here).submit()
         assert one == said.actor_id
+        recalled = await host.route.request_to_actor(one, Recall(), reply_type=Said).submit()
+        assert [str(number) for number in range(50)] == recalled.texts  # in send order (SPOT-73)
+        assert (
+            [] == (await host.route.request_to_actor(two, Recall(), reply_type=Said).submit()).texts
+        )
         assert not hasattr(host.route.send_to_actor(one, Say("x")), "in_mesh")
         assert not hasattr(host.route.send_to_actor(one, Say("x")), "instance_spot")
     # The Entry Spot logged nothing for these messages: Actor payload never reaches a Spot.

@@ -286,7 +286,27 @@ async def test_bad_arguments_are_refused_at_the_call_site(store_dsn: str) -> Non
             with pytest.raises(TypeError):
                 call.timeout(wrong)  # type: ignore[arg-type]  # the misuse under test
         call.timeout(0.0001)  # below 1 ms rounds up, still valid
+        # The limit is on the value rounded up to whole milliseconds.
+        request = host.route.request_to_spot
+        request("echo", Ask("x"), reply_type=Answer).timeout(2_147_483.647)
+        with pytest.raises(ValueError):
+            request("echo", Ask("x"), reply_type=Answer).timeout(2_147_483.6471)
     assert 5.0 == config(store_dsn).request_timeout
+
+
+@pytest.mark.spec("CMP-9.9")
+async def test_a_request_without_timeout_gets_the_hosts_request_timeout(store_dsn: str) -> None:
+    """A request with no .timeout() ends DEADLINE_EXCEEDED after HostConfig.request_timeout."""
+    global gates
+    gates = Gates()
+    async with zl.open_host(app, config(store_dsn, request_timeout=0.2)) as host:
+        await started(store_dsn, host)
+        begun = trio.current_time()
+        with trio.fail_after(10), pytest.raises(zl.ZLinkError) as caught:
+            await host.route.request_to_spot("echo", Hold(), reply_type=Answer).submit()
+        assert zl.ErrorKind.DEADLINE_EXCEEDED == caught.value.kind
+        assert 0.2 <= trio.current_time() - begun < 5.0
+        gates.release.set()
 
 
 @pytest.mark.spec("CMP-5.10", "ID-6.11")
@@ -373,8 +393,9 @@ async def test_submit_sync_from_an_application_thread_blocks_until_the_reply(
 async def test_terminals_are_named_for_python_and_an_unawaited_submit_sends_nothing(
     store_dsn: str,
 ) -> None:
-    """Terminals are submit/submit_sync (plus yield_ on requests and creates), a one-way call has
-    no timeout option, and a submit() coroutine that is never awaited submits nothing."""
+    """Terminals are submit/submit_sync (plus yield_ on requests, creates and worker calls), a
+    one-way call has no timeout option, and a submit() coroutine that is never awaited submits
+    nothing."""
     global gates
     gates = Gates()
     async with zl.open_host(app, config(store_dsn)) as host:
@@ -382,14 +403,15 @@ async def test_terminals_are_named_for_python_and_an_unawaited_submit_sends_noth
         send = host.route.send_to_spot("echo", Say("never"))
         request = host.route.request_to_spot("echo", Ask("x"), reply_type=Answer)
         create = host.spots.create("calls.Echo")
-        for call in (send, request, create):
+        worker = host.workers.run_cpu_worker(int)
+        for call in (send, request, create, worker):
             assert callable(call.submit)
             assert callable(call.submit_sync)
             assert not hasattr(call, "await_")
         assert not hasattr(send, "yield_")
         assert not hasattr(send, "timeout")
-        assert callable(request.yield_)
-        assert callable(create.yield_)
+        for call in (request, create, worker):
+            assert callable(call.yield_)
         pending = send.submit()
         pending.close()  # created, never awaited
         await host.route.send_to_spot("echo", Say("marker")).submit()

@@ -48,6 +48,27 @@ class Session(zl.InstanceSpot):
         return Answer(self.context.ref.object_generation.value)
 
 
+@app.instance_spot("idle.Ticker")
+class Ticker(zl.InstanceSpot):
+    """An Instance Spot that gets no message after its first, only timer ticks."""
+
+    async def on_initialize(self) -> None:
+        self.context.timers.start("beat", IDLE / 4)
+
+    async def on_closing(self, closing: zl.SpotClosingContext) -> None:
+        record = seen[self.context.spot_id.value]
+        record.reasons.append(closing.reason)
+        record.closed.set()
+
+    @zl.timer_handler("beat")
+    async def beat(self, tick: zl.TimerTick) -> None:
+        pass
+
+    @zl.request_handler(Ask)
+    async def ask(self, req: Ask) -> Answer:
+        return Answer(self.context.ref.object_generation.value)
+
+
 @app.user_spot("idle.Room")
 class Room(zl.Spot):
     async def on_closing(self, closing: zl.SpotClosingContext) -> None:
@@ -62,10 +83,10 @@ def config(store_dsn: str, idle: float | None) -> zl.HostConfig:
     )
 
 
-async def generation(host: zl.Host, spot_id: str) -> int:
+async def generation(host: zl.Host, spot_id: str, spot_type: str = "idle.Session") -> int:
     with trio.fail_after(10):
         call = host.route.request_to_spot(spot_id, Ask(), reply_type=Answer)
-        return (await call.instance_spot().submit()).generation
+        return (await call.instance_spot(spot_type).submit()).generation
 
 
 @pytest.mark.spec("SPOT-50")
@@ -109,3 +130,27 @@ async def test_idle_eviction_spares_user_spots_and_turns_reset_the_idle_time(
         assert zl.SpotCreateStatus.CREATED == created.status
     assert [zl.SpotCloseReason.HOST_SHUTDOWN] == seen[room_id].reasons
     assert [zl.SpotCloseReason.HOST_SHUTDOWN] == seen[spot_id].reasons
+
+
+@pytest.mark.spec("SPOT-50")
+async def test_timer_ticks_count_as_turns_and_no_idle_timeout_never_evicts(
+    store_dsn: str,
+) -> None:
+    """An Instance Spot whose only turns are timer ticks is not idle; and without
+    instance_idle_timeout an Instance Spot with no turns at all stays."""
+    ticker = f"t-{uuid.uuid4().hex[:8]}"
+    seen[ticker] = Seen()
+    async with zl.open_host(app, config(store_dsn, 2 * IDLE)) as host:
+        first = await generation(host, ticker, "idle.Ticker")
+        # Several idle timeouts pass with ticks (every IDLE / 4) as the only turns.
+        await trio.sleep(6 * IDLE)
+        assert not seen[ticker].closed.is_set()
+        assert first == await generation(host, ticker, "idle.Ticker")
+    quiet = f"s-{uuid.uuid4().hex[:8]}"
+    seen[quiet] = Seen()
+    async with zl.open_host(app, config(store_dsn, None)) as host:
+        first = await generation(host, quiet)
+        await trio.sleep(6 * IDLE)
+        assert first == await generation(host, quiet)
+    assert [zl.SpotCloseReason.HOST_SHUTDOWN] == seen[ticker].reasons
+    assert [zl.SpotCloseReason.HOST_SHUTDOWN] == seen[quiet].reasons

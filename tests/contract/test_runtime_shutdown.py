@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import attrs
@@ -137,19 +138,36 @@ async def test_each_spot_gets_one_on_closing_with_host_shutdown_and_the_deadline
 
 @pytest.mark.spec("SPOT-47", "SPOT-48")
 async def test_on_closing_is_cancelled_at_its_deadline_and_its_errors_do_not_stop_closing(
-    store_dsn: str,
+    store_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An on_closing that outlives its deadline is cancelled, one that raises is logged, and
-    shutdown completes either way."""
+    """An on_closing that outlives its deadline is cancelled, one that raises is logged with
+    its traceback, and shutdown completes either way."""
+    # Enabled again in case import-linter (test_layers, same process) disabled it.
+    logging.getLogger("zlink_trio.runtime.activation").disabled = False
     async with zl.open_host(app, config(store_dsn, closing_timeout=0.3)) as host:
         await host.spots.get_or_create("stuck-1", "shut.Room").submit()
         await host.spots.get_or_create("raise-1", "shut.Room").submit()
-        with trio.fail_after(20):
+        with trio.fail_after(20), caplog.at_level(logging.ERROR, logger="zlink_trio"):
             await host.shutdown()
     stuck = [entry for entry in closings if entry[0] == "stuck-1"]
     assert "cancelled" == stuck[-1][3]
     assert stuck[-1][2] >= stuck[0][2]  # cancelled no earlier than the deadline
     assert 1 == sum(entry[0] == "raise-1" for entry in closings)
+    logged = [r for r in caplog.records if r.exc_info is not None and "raise-1" in r.getMessage()]
+    assert [RuntimeError] == [record.exc_info[0] for record in logged if record.exc_info]
+
+
+@pytest.mark.spec("SPOT-47")
+async def test_on_closing_of_an_explicit_close_is_cancelled_at_its_deadline(store_dsn: str) -> None:
+    """close() of a Spot whose on_closing never returns cancels on_closing at the closing
+    deadline and returns True soon after it, not at some later cutoff of the host's."""
+    async with zl.open_host(app, config(store_dsn, closing_timeout=0.3)) as host:
+        result = await host.spots.get_or_create("stuck-4", "shut.Room").submit()
+        with trio.fail_after(10):
+            assert await host.spots.close(result.spot_ref) is True
+        stuck = [entry for entry in closings if entry[0] == "stuck-4"]
+        assert "cancelled" == stuck[-1][3]
+        assert stuck[0][2] <= stuck[-1][2] < stuck[0][2] + 5
 
 
 @pytest.mark.spec("SHUT-2.3", "SHUT-4.10")

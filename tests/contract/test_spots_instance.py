@@ -276,6 +276,23 @@ async def test_instance_spot_without_a_type_uses_the_only_instance_type(store_ds
     assert ["o-1"] == single_seen
 
 
+@pytest.mark.spec("SPOT-19")
+async def test_a_call_without_instance_spot_activates_nothing(store_dsn: str) -> None:
+    """Even where instance_spot() could infer the only Instance type, a send or request without
+    it to a missing id ends NOT_FOUND and activates no Spot."""
+    global signals
+    signals = Signals()
+    single_seen.clear()
+    async with zl.open_host(single, config(store_dsn)) as host:
+        with pytest.raises(zl.ZLinkError) as sent:
+            await host.route.send_to_spot("o-none", Poke()).submit()
+        with pytest.raises(zl.ZLinkError) as asked:
+            await host.route.request_to_spot("o-none", Poke(), reply_type=Poke).submit()
+        await trio.testing.wait_all_tasks_blocked()
+    assert [zl.ErrorKind.NOT_FOUND] * 2 == [sent.value.kind, asked.value.kind]
+    assert [] == single_seen
+
+
 @pytest.mark.spec("SPOT-38", "SHUT-4.3")
 async def test_context_close_closes_the_instance_spot_and_it_can_come_back(store_dsn: str) -> None:
     """context.close() closes the Instance Spot with EXPLICIT_CLOSE; the next instance_spot()
@@ -417,7 +434,7 @@ async def test_a_cold_activating_request_has_one_deadline_across_activation(
         assert trio.current_time() - started < 5
 
 
-@pytest.mark.spec("SPOT-61")
+@pytest.mark.spec("SPOT-61", "SPOT-26")
 async def test_no_handler_runs_before_on_initialize_or_after_on_closing(store_dsn: str) -> None:
     """Messages wait while on_initialize runs, none runs once on_closing has started, and the
     closed activation's instance is not kept alive."""

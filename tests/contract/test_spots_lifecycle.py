@@ -85,6 +85,9 @@ class Room(zl.Spot):
     async def note(self, msg: Note) -> None:
         events.append((self.context.spot_id.value, f"note:{msg.text}"))
         self.lines.append(msg.text)
+        if msg.text == "gated":
+            Gated.entered.set()
+            await Gated.release.wait()
 
     @zl.request_handler(Read)
     async def read(self, req: Read, ctx: zl.MessageContext) -> Lines:
@@ -101,6 +104,10 @@ class Counter(zl.InstanceSpot):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         pass
+
+    @zl.request_handler(Read)
+    async def read(self, req: Read) -> Lines:
+        return Lines([str(self.context.ref.object_generation.value)])
 
 
 def config(store_dsn: str, **values: object) -> zl.HostConfig:
@@ -205,6 +212,7 @@ async def test_create_deadline_covers_on_create(store_dsn: str) -> None:
     """A create whose on_create outlasts the call's timeout ends with DEADLINE_EXCEEDED and
     leaves the id free."""
     async with zl.open_host(app, config(store_dsn)) as host:
+        begun = trio.current_time()
         with pytest.raises(zl.ZLinkError) as caught:
             await (
                 host.spots.get_or_create("room-slow", "lifecycle.Room")
@@ -213,6 +221,7 @@ async def test_create_deadline_covers_on_create(store_dsn: str) -> None:
                 .submit()
             )
         assert zl.ErrorKind.DEADLINE_EXCEEDED == caught.value.kind
+        assert 0.3 <= trio.current_time() - begun < 5  # at its own timeout, not later
         result = await host.spots.get_or_create("room-slow", "lifecycle.Room").submit()
         assert zl.SpotCreateStatus.CREATED == result.status
 
@@ -262,10 +271,14 @@ async def test_close_of_a_missing_or_older_incarnation(store_dsn: str) -> None:
 async def test_close_of_an_instance_spot_ref_is_invalid(store_dsn: str) -> None:
     """spots.close applies to User Spots only: an Instance Spot's ref raises INVALID_OPERATION."""
     async with zl.open_host(app, config(store_dsn)) as host:
-        await host.route.send_to_spot("ctr-1", Note("x")).instance_spot().submit()
+        read = host.route.request_to_spot("ctr-1", Read(), reply_type=Lines).instance_spot()
+        (generation,) = (await read.submit()).lines
+        # The ref names the live incarnation: only its kind makes the close invalid.
+        ref = zl.SpotRef("ctr-1", int(generation), host.mesh, host.node_rid)
         with pytest.raises(zl.ZLinkError) as caught:
-            await host.spots.close(zl.SpotRef("ctr-1", 1, host.mesh, host.node_rid))
+            await host.spots.close(ref)
         assert zl.ErrorKind.INVALID_OPERATION == caught.value.kind
+        await host.route.send_to_spot("ctr-1", Note("still here")).submit()
 
 
 @pytest.mark.spec("SPOT-39")
@@ -282,6 +295,35 @@ async def test_messages_admitted_before_close_still_run(store_dsn: str) -> None:
     notes = [what for what in of("room-d") if what.startswith("note:")]
     assert ["note:0", "note:1", "note:2", "note:3", "note:4"] == notes
     assert "on_closing:EXPLICIT_CLOSE" == of("room-d")[-1]
+
+
+@pytest.mark.spec("SPOT-39")
+async def test_a_message_sent_while_the_spot_closes_is_not_admitted(store_dsn: str) -> None:
+    """Once close has sealed admission, a send to the closing Spot ends NOT_FOUND at once and
+    never runs, while the turn admitted before the seal finishes and close returns True."""
+    Gated.entered, Gated.release = trio.Event(), trio.Event()
+    spot_id = f"room-{uuid.uuid4().hex[:10]}"
+    closed: list[bool] = []
+    async with zl.open_host(app, config(store_dsn)) as host:
+        result = await host.spots.get_or_create(spot_id, "lifecycle.Room").submit()
+        await host.route.send_to_spot(spot_id, Note("gated")).submit()
+        with trio.fail_after(10):
+            await Gated.entered.wait()
+            async with trio.open_nursery() as nursery:
+
+                async def close() -> None:
+                    closed.append(await host.spots.close(result.spot_ref))
+
+                nursery.start_soon(close)
+                await trio.testing.wait_all_tasks_blocked()
+                try:
+                    with pytest.raises(zl.ZLinkError) as caught:
+                        await host.route.send_to_spot(spot_id, Note("after seal")).submit()
+                    assert zl.ErrorKind.NOT_FOUND == caught.value.kind
+                finally:
+                    Gated.release.set()
+    assert [True] == closed
+    assert ["note:gated"] == [what for what in of(spot_id) if what.startswith("note:")]
 
 
 @pytest.mark.spec("SPOT-90")

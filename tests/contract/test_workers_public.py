@@ -30,6 +30,7 @@ class Answer:
 
 class Signals:
     def __init__(self) -> None:
+        self.waiting = trio.Event()
         self.woken = trio.Event()
 
 
@@ -46,6 +47,7 @@ class Pool(zl.InstanceSpot):
             return Answer(str(ident))
         if req.how == "yield":
             # The Wake message below can run only if yield_() gave the gate back.
+            signals.waiting.set()
             await workers.run_io_worker(signals.woken.wait).yield_()
             return Answer("woken")
         signals.woken.set()
@@ -109,12 +111,15 @@ async def test_a_worker_call_returns_the_work_result_itself(store_dsn: str) -> N
 @pytest.mark.spec("CMP-3.5", "SPOT-77")
 async def test_yield_gives_the_gate_back_while_worker_work_runs(store_dsn: str) -> None:
     """In an Instance Spot turn, a worker call's yield_() lets another turn of the Spot run."""
+    signals.waiting = trio.Event()
     signals.woken = trio.Event()
     async with zl.open_host(app, config(store_dsn)) as host:
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
                 waiting = host.route.request_to_spot("pool-2", Ask("yield"), reply_type=Answer)
                 nursery.start_soon(waiting.instance_spot().submit)
+                # The yielding turn is in its worker call before the Wake turn is sent.
+                await signals.waiting.wait()
                 wake = host.route.request_to_spot("pool-2", Ask("wake"), reply_type=Answer)
                 assert Answer("woke") == await wake.instance_spot().submit()
     assert signals.woken.is_set()
@@ -229,7 +234,7 @@ async def test_work_finishing_after_its_deadline_produces_no_second_result(
         with pytest.raises(zl.ZLinkError) as again:
             await call.submit()
         assert zl.ErrorKind.INVALID_OPERATION == again.value.kind
-        with pytest.raises(zl.ZLinkError) as io:
+        with trio.fail_after(10), pytest.raises(zl.ZLinkError) as io:
             await host.workers.run_io_worker(io_forever).timeout(0.1).submit()
     assert zl.ErrorKind.DEADLINE_EXCEEDED == io.value.kind
     assert ["cancelled"] == io_outcome

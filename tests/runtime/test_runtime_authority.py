@@ -8,6 +8,7 @@ import attrs
 import cbor2
 import pytest
 import trio
+import trio.testing
 
 import zlink_trio as zl
 from zlink_trio._integration.store import (
@@ -68,7 +69,9 @@ class Room(zl.Spot):
         if req.how == "relay":
             try:
                 return (
-                    await self.context.route.request_to_spot("slow", Ask("hold"), reply_type=Answer)
+                    await self.context.route.request_to_spot(
+                        "slow", Ask(f"hold{generation}"), reply_type=Answer
+                    )
                     .instance_spot("auth.Slow")
                     .timeout(60)
                     .submit()
@@ -85,7 +88,7 @@ class Slow(zl.InstanceSpot):
     async def ask(self, req: Ask) -> Answer:
         probe.held.set()
         await probe.release.wait()
-        return Answer("late")
+        return Answer(f"late:{req.how}")
 
 
 def config(store_dsn: str, mesh: str, **values: object) -> zl.HostConfig:
@@ -154,6 +157,45 @@ async def test_a_reply_to_the_previous_generation_never_reaches_the_new_one(
         assert 0 == host._node.dispatcher.in_flight
     assert ["gen1:cancelled"] == probe.outcomes
     assert [(1, "relay"), (2, "plain")] == probe.asked
+
+
+@pytest.mark.spec("CMP-9.8", "CMP-17.8")
+async def test_a_new_generation_waiting_on_the_same_target_gets_only_its_own_reply(
+    store_dsn: str,
+) -> None:
+    """Generation 1 waits on a held request and is closed; generation 2 sends the same kind of
+    request to the same target. The late reply to generation 1 is discarded, and generation 2
+    gets the reply to its own request, not the previous activation's."""
+    global probe
+    probe = Probe()
+    mesh = f"t-{uuid.uuid4().hex[:8]}"
+    async with zl.open_host(app, config(store_dsn, mesh, closing_timeout=0.2)) as host:
+        first = await host.spots.get_or_create("room-4", "auth.Room").submit()
+        replies: list[Answer | zl.ErrorKind] = []
+
+        async def relay() -> None:
+            call = host.route.request_to_spot("room-4", Ask("relay"), reply_type=Answer)
+            try:
+                replies.append(await call.timeout(20).submit())
+            except zl.ZLinkError as error:
+                replies.append(error.kind)
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(relay)
+                await probe.held.wait()
+                assert await host.spots.close(first.spot_ref) is True
+            ended = replies.pop()  # generation 1's relay ended with its Spot
+            assert isinstance(ended, zl.ErrorKind)
+            second = await host.spots.get_or_create("room-4", "auth.Room").submit()
+            assert 2 == second.spot_ref.object_generation.value
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(relay)
+                await trio.testing.wait_all_tasks_blocked()
+                assert [(1, "relay"), (2, "relay")] == probe.asked
+                probe.release.set()
+    assert [Answer("late:hold2")] == replies
+    assert ["gen1:cancelled"] == probe.outcomes
 
 
 @pytest.mark.spec("SHUT-4.15")
