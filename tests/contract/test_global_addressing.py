@@ -156,12 +156,13 @@ async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn
         )
         await second.actors.create(user, "global.User").submit()
         Holding.deadlines = []
+        timeout = 2.0  # not the default 5 s: a handler that saw a fresh budget would show it
         calls = [
-            first.route.request_to_spot(room, Ask("hi"), reply_type=Answer),
-            first.route.request_to_spot(counter, Ask("c"), reply_type=Answer).instance_spot(
-                "global.Counter"
-            ),
-            first.route.request_to_actor(user, Ask("u"), reply_type=Answer),
+            first.route.request_to_spot(room, Ask("hi"), reply_type=Answer).timeout(timeout),
+            first.route.request_to_spot(counter, Ask("c"), reply_type=Answer)
+            .instance_spot("global.Counter")
+            .timeout(timeout),
+            first.route.request_to_actor(user, Ask("u"), reply_type=Answer).timeout(timeout),
         ]
         answers = []
         with trio.fail_after(15):
@@ -170,11 +171,11 @@ async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn
                 answers.append(await call.submit())
                 answered_at = trio.current_time()
                 # Both hosts share this process's Trio clock: the owner's handler saw the
-                # caller's deadline (default timeout 5 s); the budget travels as time left, so
-                # it can be late by no more than the part of the trip it cannot see.
+                # caller's deadline; the budget travels as time left, so it can be late by no
+                # more than the part of the trip it cannot see.
                 seen_deadline = Holding.deadlines[-1]
                 assert seen_deadline is not None
-                assert asked_at < seen_deadline <= answered_at + 5.0
+                assert asked_at < seen_deadline <= answered_at + timeout
             await first.route.send_to_spot(room, Note("one-way")).submit()
             await Noted.event.wait()
         assert [Answer(owner, t, True) for t in ("hi", "c", "u")] == answers
