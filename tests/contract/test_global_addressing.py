@@ -157,7 +157,7 @@ async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn
         await second.actors.create(user, "global.User").submit()
         Holding.deadlines = []
         timeout = 2.0  # not the default 5 s: a handler that saw a fresh budget would show it
-        calls = [
+        calls: list[zl.SpotRequestCall[Answer] | zl.ActorRequestCall[Answer]] = [
             first.route.request_to_spot(room, Ask("hi"), reply_type=Answer).timeout(timeout),
             first.route.request_to_spot(counter, Ask("c"), reply_type=Answer)
             .instance_spot("global.Counter")
