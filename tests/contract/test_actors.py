@@ -54,6 +54,19 @@ class Join:
     then_raise: bool = False
 
 
+@app.message("act.JoinBoth")
+@attrs.frozen
+class JoinBoth:
+    first: str
+    second: str
+
+
+@app.message("act.DeferTwice")
+@attrs.frozen
+class DeferTwice:
+    spot_id: str
+
+
 @app.message("act.Leave")
 @attrs.frozen
 class Leave:
@@ -186,6 +199,20 @@ class Player(zl.Actor):
         if msg.then_raise:
             raise RuntimeError("the turn fails after deferring")
 
+    @zl.packet_handler(JoinBoth)
+    async def join_both(self, msg: JoinBoth) -> None:
+        self.context.join_spot(msg.first).defer()
+        self.context.join_spot(msg.second).defer()
+
+    @zl.packet_handler(DeferTwice)
+    async def defer_twice(self, msg: DeferTwice) -> None:
+        call = self.context.join_spot(msg.spot_id)
+        call.defer()
+        try:
+            call.defer()
+        except zl.ZLinkError as error:
+            log.append((self.context.actor_id.value, f"twice:{error.kind.name}"))
+
     @zl.packet_handler(Leave)
     async def leave(self, msg: Leave) -> None:
         self.context.join_entry_spot().defer()
@@ -232,6 +259,8 @@ class Player(zl.Actor):
         log.append((self.context.actor_id.value, f"completed:{completion.outcome.name}"))
         signals.completions.append(completion)
         signals.completed.set()
+        if completion.spot_id.startswith("hold"):
+            await signals.release.wait()
 
 
 @app.user_spot("act.Room")
@@ -255,6 +284,8 @@ class Room(zl.Spot):
 
     async def on_leave_actor(self, actor: object) -> None:
         assert isinstance(actor, Player)
+        if self.context.spot_id.value.startswith("slowleave"):
+            await signals.release.wait()
         log.append((self.context.spot_id.value, f"on_leave_actor:{actor.context.actor_id.value}"))
 
     async def on_disconnect_actor(self, actor: object) -> None:
@@ -675,7 +706,8 @@ async def test_a_join_past_its_deadline_fails(store_dsn: str) -> None:
         await host.spots.get_or_create(room, "act.Room").submit()
         await host.actors.create(player, "act.Player").submit()
         await host.route.send_to_actor(player, Join(room, "slow", timeout=0.2)).submit()
-        (failed,) = await completed()
+        with trio.fail_after(3):  # its own 0.2 s, not the 5 s default
+            (failed,) = await completed()
         assert zl.ActorJoinOutcome.FAILED == failed.outcome
         assert failed.error is not None
         assert zl.ErrorKind.DEADLINE_EXCEEDED == failed.error.kind
@@ -714,6 +746,81 @@ async def test_a_join_runs_before_the_next_message_and_a_failed_turn_discards_it
         assert room == here.spot_id
         assert ["completed:ACCEPTED"] == [w for w in of(player) if w.startswith("completed")]
         assert [] == of(other)
+
+
+@pytest.mark.spec("ACT-23")
+async def test_a_join_does_not_wait_for_the_sources_on_leave_actor(store_dsn: str) -> None:
+    """The source Spot's on_leave_actor is started, not awaited: the join completes while it is
+    still running."""
+    player, room = fresh(), fresh("slowleave")
+    async with host_with(store_dsn) as host:
+        await host.spots.get_or_create(room, "act.Room").submit()
+        await host.actors.create(player, "act.Player").submit()
+        await host.route.send_to_actor(player, Join(room)).submit()
+        await completed()
+        try:
+            await host.route.send_to_actor(player, Leave()).submit()
+            left = (await completed(2))[1]  # while the room's on_leave_actor still waits
+            assert zl.ActorJoinOutcome.ACCEPTED == left.outcome
+            assert f"on_leave_actor:{player}" not in of(room)
+        finally:
+            signals.release.set()
+        with trio.fail_after(5):
+            while f"on_leave_actor:{player}" not in of(room):
+                await trio.testing.wait_all_tasks_blocked()
+
+
+@pytest.mark.spec("ACT-24")
+async def test_the_next_message_waits_for_on_join_completed(store_dsn: str) -> None:
+    """on_join_completed is a turn of the Actor: a message sent after the join starts only once
+    it has returned, even on a PER_ACTOR Spot where no Spot gate orders them."""
+    player, lanes = fresh(), fresh("hold")
+    async with host_with(store_dsn) as host:
+        await host.spots.get_or_create(lanes, "act.Lanes").submit()
+        await host.actors.create(player, "act.Player").submit()
+        await host.route.send_to_actor(player, Join(lanes)).submit()
+        await completed()  # on_join_completed now waits for signals.release
+        await host.route.send_to_actor(player, Block("next")).submit()
+        await trio.testing.wait_all_tasks_blocked()
+        assert "block:next:start" not in of(player)
+        signals.release.set()
+        await where(host, player)
+        steps = of(player)
+        assert steps.index("completed:ACCEPTED") < steps.index("block:next:start")
+
+
+@pytest.mark.spec("ACT-20")
+async def test_joins_deferred_in_one_turn_run_in_the_order_deferred(store_dsn: str) -> None:
+    """Two joins deferred by one turn, to two different Spots, run first to last: the Actor
+    ends in the second Spot, and the completions come in the same order."""
+    player, first, second = fresh(), fresh("room"), fresh("room")
+    async with host_with(store_dsn) as host:
+        await host.spots.get_or_create(first, "act.Room").submit()
+        await host.spots.get_or_create(second, "act.Room").submit()
+        await host.actors.create(player, "act.Player").submit()
+        await host.route.send_to_actor(player, JoinBoth(first, second)).submit()
+        done = await completed(2)
+        assert [first, second] == [c.spot_id for c in done]
+        assert [zl.ActorJoinOutcome.ACCEPTED] * 2 == [c.outcome for c in done]
+        assert second == (await where(host, player)).spot_id
+
+
+@pytest.mark.spec("ACT-19")
+async def test_a_second_defer_of_one_join_call_is_refused_and_records_nothing(
+    store_dsn: str,
+) -> None:
+    """defer() twice on the same join call: the second raises INVALID_OPERATION inside the turn
+    and the join runs once."""
+    player, room = fresh(), fresh("room")
+    async with host_with(store_dsn) as host:
+        await host.spots.get_or_create(room, "act.Room").submit()
+        await host.actors.create(player, "act.Player").submit()
+        await host.route.send_to_actor(player, DeferTwice(room)).submit()
+        (done,) = await completed(1)
+        assert zl.ActorJoinOutcome.ACCEPTED == done.outcome
+        assert room == (await where(host, player)).spot_id
+        assert ["twice:INVALID_OPERATION"] == [w for w in of(player) if w.startswith("twice")]
+        assert 1 == len([w for w in of(player) if w.startswith("completed")])
 
 
 @pytest.mark.spec("ACT-18", "ACT-19")
@@ -913,12 +1020,16 @@ async def test_shutdown_seals_actors_and_spots_still_see_their_members(store_dsn
             except zl.ZLinkError as error:
                 errors.append(error.kind)
 
+        await host.route.send_to_actor(player, Block("queued")).submit()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(queued)
             await trio.testing.wait_all_tasks_blocked()
             with trio.fail_after(10):
-                await host.shutdown()
+                nursery.start_soon(host.shutdown)
+                await trio.testing.wait_all_tasks_blocked()  # sealed, waiting for the Actor
+                signals.release.set()  # the running turn ends before the closing deadline
     assert [zl.ErrorKind.SHUTTING_DOWN] == errors
+    assert "block:queued:start" not in of(player)  # what was queued is dropped, not run
     assert [f"on_closing:HOST_SHUTDOWN:{[player]}"] == [
         w for w in of(room) if w.startswith("on_closing")
     ]

@@ -19,6 +19,7 @@ import trio.testing
 
 import zlink_trio as zl
 from zlink_trio._integration.store import Batch, IfMissing, Put, StoreConfig, open_stores
+from zlink_trio._integration.transport.liveness import Route, Verdict
 from zlink_trio._runtime.ownership.authority import Claim, Held, SpotAuthority
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.routing.remote import Owner
@@ -158,12 +159,13 @@ async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn
         )
         await second.actors.create(user, "global.User").submit()
         Holding.deadlines = []
-        calls = [
-            first.route.request_to_spot(room, Ask("hi"), reply_type=Answer),
-            first.route.request_to_spot(counter, Ask("c"), reply_type=Answer).instance_spot(
-                "global.Counter"
-            ),
-            first.route.request_to_actor(user, Ask("u"), reply_type=Answer),
+        timeout = 2.0  # not the default 5 s: a handler that saw a fresh budget would show it
+        calls: list[zl.SpotRequestCall[Answer] | zl.ActorRequestCall[Answer]] = [
+            first.route.request_to_spot(room, Ask("hi"), reply_type=Answer).timeout(timeout),
+            first.route.request_to_spot(counter, Ask("c"), reply_type=Answer)
+            .instance_spot("global.Counter")
+            .timeout(timeout),
+            first.route.request_to_actor(user, Ask("u"), reply_type=Answer).timeout(timeout),
         ]
         answers = []
         with trio.fail_after(15):
@@ -172,11 +174,11 @@ async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn
                 answers.append(await call.submit())
                 answered_at = trio.current_time()
                 # Both hosts share this process's Trio clock: the owner's handler saw the
-                # caller's deadline (default timeout 5 s); the budget travels as time left, so
-                # it can be late by no more than the part of the trip it cannot see.
+                # caller's deadline; the budget travels as time left, so it can be late by no
+                # more than the part of the trip it cannot see.
                 seen_deadline = Holding.deadlines[-1]
                 assert seen_deadline is not None
-                assert asked_at < seen_deadline <= answered_at + 5.0
+                assert asked_at < seen_deadline <= answered_at + timeout
             await first.route.send_to_spot(room, Note("one-way")).submit()
             await Noted.event.wait()
         assert [Answer(owner, t, True) for t in ("hi", "c", "u")] == answers
@@ -519,6 +521,45 @@ async def test_a_call_to_an_owner_whose_route_is_lost_is_unavailable_at_once(
             )
         assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
         assert second.node_rid in first.peers  # the owner's node record is still live
+
+
+@pytest.mark.spec("ROUTE-12")
+async def test_a_lost_route_that_comes_back_serves_calls_again(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller stops hearing the owner (its liveness ticks are made deaf to it) until the
+    route is lost; once it hears the owner again the route is up and calls reach it again."""
+    room = fresh("room")
+    deaf: set[zl.NodeRid] = set()
+    real_tick = Route.tick
+
+    def tick(self: Route, now: float, window: float) -> Verdict:
+        if self.node_rid in deaf:
+            self.heard = False  # the injected silence: what arrived from it is not counted
+        return real_tick(self, now, window)
+
+    monkeypatch.setattr(Route, "tick", tick)
+    async with two_hosts(store_dsn) as (first, second):
+        await second.spots.get_or_create(room, "global.Room").submit()
+        await first.route.request_to_spot(room, Ask("warm"), reply_type=Answer).submit()
+        caller = first._messaging.remote  # the caller's routing and transport (internal)
+        assert caller is not None
+        caller_mesh = caller.mesh
+        assert caller_mesh is not None
+        deaf.add(second.node_rid)
+        with trio.fail_after(15):  # the liveness window is 3 s
+            while caller_mesh.is_up(second.node_rid) is not None:  # noqa: ASYNC110  # a clock
+                await trio.sleep(0.05)
+        with pytest.raises(zl.ZLinkError) as caught:
+            await first.route.request_to_spot(room, Ask("lost"), reply_type=Answer).submit()
+        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+        deaf.clear()
+        with trio.fail_after(15):
+            while caller_mesh.is_up(second.node_rid) is None:  # noqa: ASYNC110  # a clock
+                await trio.sleep(0.05)
+            await trio.testing.wait_all_tasks_blocked()  # the caller has seen the RouteUp
+            reply = await first.route.request_to_spot(room, Ask("back"), reply_type=Answer).submit()
+        assert second.node_rid.value == reply.node_rid
 
 
 @pytest.mark.spec("ROUTE-8", "TRN-26", "GLOBAL-12")

@@ -85,6 +85,55 @@ async def test_every_contradiction_is_listed_in_one_error_before_the_store() -> 
         assert named in joined
 
 
+@pytest.mark.parametrize("form", ["messages", "spots", "actors", "message and actor"])
+@pytest.mark.spec("REG-5.4")
+def test_a_stable_name_declared_twice_fails_validation(form: str) -> None:
+    """One stable type name given to two message classes, two Spot types, two Actor types or a
+    message and an Actor type: validation names it as declared twice."""
+    app = zl.Application()
+    first, second = (
+        attrs.frozen(type("First", (), {"__annotations__": {}})),
+        attrs.frozen(type("Second", (), {"__annotations__": {}})),
+    )
+    if form == "messages":
+        app.message("reg.Same")(first)
+        app.message("reg.Same")(second)
+    elif form == "spots":
+        app.user_spot("reg.Same")(type("One", (zl.Spot,), {}))
+        app.instance_spot("reg.Same")(type("Two", (zl.InstanceSpot,), {}))
+    elif form == "actors":
+        app.actor("reg.Same")(type("One", (zl.Actor,), {}))
+        app.actor("reg.Same")(type("Two", (zl.Actor,), {}))
+    else:
+        app.message("reg.Same")(first)
+        app.actor("reg.Same")(type("One", (zl.Actor,), {}))
+    with pytest.raises(zl.ConfigurationError) as caught:
+        app.freeze()
+    assert ["reg.Same is declared twice"] == [
+        problem.split(" (")[0] for problem in caught.value.problems
+    ]
+
+
+@pytest.mark.spec("REG-5.5")
+def test_two_timer_handlers_with_one_name_fail_validation() -> None:
+    """Two methods of one Spot type declared as handlers of the same timer name are a
+    contradiction listed by validation."""
+    app = zl.Application()
+
+    @app.user_spot("reg.Ticking")
+    class Ticking(zl.Spot):
+        @zl.timer_handler("beat")
+        async def one(self, tick: zl.TimerTick) -> None: ...
+
+        @zl.timer_handler("beat")
+        async def two(self, tick: zl.TimerTick) -> None: ...
+
+    with pytest.raises(zl.ConfigurationError) as caught:
+        app.freeze()
+    assert 1 == len(caught.value.problems)
+    assert "two handlers for timer 'beat'" in caught.value.problems[0]
+
+
 @pytest.mark.spec("SPOT-80")
 async def test_application_signaled_with_per_actor_fails_validation() -> None:
     """APPLICATION_SIGNALED declared with PER_ACTOR is a start-up contradiction."""

@@ -15,6 +15,7 @@ import zlink_trio as zl
 app = zl.Application()
 closings: list[tuple[str, zl.SpotCloseReason, float, str]] = []
 handled: list[str] = []
+relayed: list[zl.ErrorKind] = []
 
 
 @app.message("shut.Ask")
@@ -33,6 +34,7 @@ class Signals:
     def __init__(self) -> None:
         self.entered = trio.Event()
         self.closing = trio.Event()
+        self.release = trio.Event()
 
 
 signals = Signals()
@@ -59,7 +61,16 @@ class Room(zl.Spot):
         handled.append(req.how)
         if req.how == "hold":
             signals.entered.set()
-            await trio.sleep_forever()
+            await signals.release.wait()
+        if req.how.startswith("relay:"):
+            # A turn that waits for another Spot's reply, holding its own gate meanwhile.
+            target = req.how.removeprefix("relay:")
+            try:
+                await self.context.route.request_to_spot(
+                    target, Ask("hold"), reply_type=Answer
+                ).submit()
+            except zl.ZLinkError as error:
+                relayed.append(error.kind)
         return Answer(req.how)
 
 
@@ -136,6 +147,35 @@ async def test_each_spot_gets_one_on_closing_with_host_shutdown_and_the_deadline
         assert spot_id == seen
 
 
+@pytest.mark.spec("SHUT-4.5")
+async def test_calls_are_settled_before_the_spots_close(store_dsn: str) -> None:
+    """A turn waiting for a reply when shutdown starts gets SHUTTING_DOWN before the Spots are
+    closed, so its Spot's on_closing starts at once rather than at the closing deadline."""
+    global signals
+    signals = Signals()
+    relayed.clear()
+    async with zl.open_host(app, config(store_dsn, closing_timeout=20.0)) as host:
+        await host.spots.get_or_create("relay-1", "shut.Room").submit()
+        await host.spots.get_or_create("held-1", "shut.Room").submit()
+        async with trio.open_nursery() as nursery:
+
+            async def ask() -> None:
+                with pytest.raises(zl.ZLinkError) as caught:
+                    await host.route.request_to_spot(
+                        "relay-1", Ask("relay:held-1"), reply_type=Answer
+                    ).submit()
+                assert zl.ErrorKind.SHUTTING_DOWN == caught.value.kind
+
+            nursery.start_soon(ask)
+            await signals.entered.wait()  # relay-1's turn now waits for held-1's reply
+            nursery.start_soon(host.shutdown)
+            with trio.fail_after(10):  # half the closing deadline
+                await signals.closing.wait()
+            assert "relay-1" == closings[-1][0]
+            assert [zl.ErrorKind.SHUTTING_DOWN] == relayed
+            signals.release.set()  # let held-1's turn end so that its Spot closes too
+
+
 @pytest.mark.spec("SPOT-47", "SPOT-48")
 async def test_on_closing_is_cancelled_at_its_deadline_and_its_errors_do_not_stop_closing(
     store_dsn: str, caplog: pytest.LogCaptureFixture
@@ -174,6 +214,16 @@ async def test_on_closing_of_an_explicit_close_is_cancelled_at_its_deadline(stor
 async def test_shutdown_is_idempotent_and_survives_a_cancelled_caller(store_dsn: str) -> None:
     """Concurrent and repeated shutdown() calls join one run; cancelling one caller does not stop
     it."""
+    seen_on_return: list[int] = []
+
+    def stuck_entries() -> int:
+        return sum(entry[0] == "stuck-2" for entry in closings)
+
+    async def shut_down(host: zl.Host) -> None:
+        await host.shutdown()
+        # Every caller gets the one run's result: on_closing has run and been cut by then.
+        seen_on_return.append(stuck_entries())
+
     async with zl.open_host(app, config(store_dsn, closing_timeout=1.0)) as host:
         await host.spots.get_or_create("stuck-2", "shut.Room").submit()
         with trio.move_on_after(0.05):
@@ -181,9 +231,10 @@ async def test_shutdown_is_idempotent_and_survives_a_cancelled_caller(store_dsn:
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
                 for _ in range(3):
-                    nursery.start_soon(host.shutdown)
-        await host.shutdown()
-    assert 2 == sum(entry[0] == "stuck-2" for entry in closings)  # one on_closing, one cancel
+                    nursery.start_soon(shut_down, host)
+        await shut_down(host)
+    assert 2 == stuck_entries()  # one on_closing, one cancel
+    assert [2, 2, 2, 2] == seen_on_return
 
 
 @pytest.mark.spec("SHUT-4.9", "API-16")

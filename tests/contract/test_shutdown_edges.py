@@ -56,6 +56,9 @@ class Entry(zl.EntrySpot):
 
 @app.actor("edge.Player")
 class Player(zl.Actor):
+    def __init__(self) -> None:
+        constructed.append(self.context.actor_id.value)
+
     @zl.packet_handler(Tick)
     async def tick(self, msg: Tick) -> None:
         pass
@@ -125,6 +128,56 @@ async def test_an_actor_creation_in_flight_ends_shutting_down_at_once(store_dsn:
                 block.release.set()
     assert [zl.ErrorKind.SHUTTING_DOWN] == outcome
     assert isinstance(await stored(store_dsn, f"actor/{actor_id}"), Missing)
+
+
+@pytest.mark.parametrize("step", ["claim", "ready"])
+@pytest.mark.spec("SHUT-4.12")
+async def test_an_actor_creation_whose_store_write_is_in_flight_ends_shutting_down(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """An Actor create whose claim, or whose Ready record, is still being written when shutdown
+    seals admission ends SHUTTING_DOWN, never becomes Ready and leaves no record. The write is
+    held until the seal, so the race is forced."""
+    actor_id = f"w-{uuid.uuid4().hex[:10]}"
+    key = f"actor/{actor_id}"
+    held_at = {"claim": 1, "ready": 2}[step]
+    writes = 0
+    outcome: list[object] = []
+    writing, release = trio.Event(), trio.Event()
+    real_write = LocationStore.write
+
+    async def held_write(self: LocationStore, batch: Batch) -> Applied | Conflict:
+        nonlocal writes
+        if any(
+            getattr(m, "key", None) == key and not isinstance(m, Delete) for m in batch.mutations
+        ):
+            writes += 1
+            if writes == held_at:
+                writing.set()
+                await release.wait()
+        return await real_write(self, batch)
+
+    async with zl.open_host(app, config(store_dsn)) as host:
+
+        async def create() -> None:
+            try:
+                outcome.append((await host.actors.create(actor_id, "edge.Player").submit()).status)
+            except zl.ZLinkError as error:
+                outcome.append(error.kind)
+
+        monkeypatch.setattr(LocationStore, "write", held_write)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(create)
+            with trio.fail_after(10):
+                await writing.wait()
+            nursery.start_soon(host.shutdown)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not host._node.admitting  # sealed while the write is in flight
+            release.set()
+    monkeypatch.undo()
+    assert [zl.ErrorKind.SHUTTING_DOWN] == outcome
+    assert (actor_id in constructed) is (step == "ready")  # no constructor after the seal
+    assert isinstance(await stored(store_dsn, key), Missing)
 
 
 @pytest.mark.spec("SHUT-4.13")

@@ -46,6 +46,12 @@ class Answer:
     text: str
 
 
+@app.message("timers.HoldOn")
+@attrs.frozen
+class HoldOn:
+    pass
+
+
 @app.message("timers.Quit")
 @attrs.frozen
 class Quit:
@@ -70,6 +76,8 @@ class Probe:
         self.out_of_life: list[int] = []
         self.start_while_closing = "not tried"
         self.closed = trio.Event()
+        self.holding = trio.Event()
+        self.release = trio.Event()
         self._changed = trio.Event()
 
     def changed(self) -> None:
@@ -140,6 +148,14 @@ async def hold(self: Any, msg: Hold) -> Answer:
     return Answer("held")
 
 
+@zl.request_handler(HoldOn)
+async def hold_on(self: Any, msg: HoldOn) -> Answer:
+    probe = probe_of(self)
+    probe.holding.set()
+    await probe.release.wait()  # holds the gate until the test lets go
+    return Answer("held")
+
+
 @zl.request_handler(Try)
 async def attempt(self: Any, msg: Try) -> Answer:
     timers = self.context.timers
@@ -203,6 +219,15 @@ class Room(zl.Spot):
     beat = beat
     start = start
     hold = hold
+    hold_on = hold_on
+    on_initialize = on_initialize
+    on_closing = on_closing
+
+
+@app.user_spot("timers.Lanes", mode=zl.SpotFactoryMode.PER_ACTOR)
+class Lanes(zl.Spot):
+    beat = beat
+    start = start
     on_initialize = on_initialize
     on_closing = on_closing
 
@@ -271,6 +296,51 @@ async def test_ticks_never_overlap_each_other_or_a_handler_turn(store_dsn: str, 
     assert [] == probe.overlaps
     for ended, started in zip(probe.ended, probe.started[1:], strict=False):
         assert started >= ended
+
+
+@pytest.mark.spec("TIMER-10")
+async def test_ticks_of_one_timer_never_overlap_on_their_own_lane(store_dsn: str) -> None:
+    """In a PER_ACTOR Spot no Spot gate orders a timer's ticks; slow ticks of one timer still
+    run one after another."""
+    spot_id, probe = new_probe()
+    probe.slow = {0: 3 * INTERVAL, 1: 3 * INTERVAL, 2: 3 * INTERVAL}
+    async with zl.open_host(app, config(store_dsn)) as host:
+        await host.spots.get_or_create(spot_id, "timers.Lanes").submit()
+        await host.route.send_to_spot(spot_id, Start("catch_up", 3)).submit()
+        await probe.wait_ticks(4)
+    assert [] == probe.overlaps
+    for ended, started in zip(probe.ended, probe.started[1:], strict=False):
+        assert started >= ended
+
+
+@pytest.mark.spec("TIMER-14")
+async def test_a_tick_waiting_for_the_gate_when_closing_begins_does_not_run(
+    store_dsn: str,
+) -> None:
+    """A tick that fell due while a turn held the gate waits for it; if the Spot's close begins
+    meanwhile, that tick does not run once the gate is free."""
+    spot_id, probe = new_probe()
+    async with zl.open_host(app, config(store_dsn)) as host:
+        created = await host.spots.get_or_create(spot_id, "timers.Room").submit()
+        await host.route.send_to_spot(spot_id, Start()).submit()
+        await probe.wait_ticks(1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: host.route.request_to_spot(spot_id, HoldOn(), reply_type=Answer).submit()
+            )
+            with trio.fail_after(10):
+                await probe.holding.wait()
+            # A tick falls due while the turn holds the gate; once every task is blocked, the
+            # timer's task can only be waiting for the gate.
+            await trio.sleep_until(trio.current_time() + 2 * INTERVAL)
+            await trio.testing.wait_all_tasks_blocked()
+            closing_at = trio.current_time()
+            nursery.start_soon(host.spots.close, created.spot_ref)
+            await trio.testing.wait_all_tasks_blocked()
+            probe.release.set()
+        with trio.fail_after(10):
+            await probe.closed.wait()
+    assert [] == [started for started in probe.started if started >= closing_at]
 
 
 @pytest.mark.spec("TIMER-13")
@@ -386,7 +456,7 @@ def runtime_tasks() -> list[str]:
     return found
 
 
-@pytest.mark.spec("TIMER-6", "TIMER-5")
+@pytest.mark.spec("TIMER-6", "TIMER-5", "TIMER-11")
 async def test_a_late_timer_without_options_runs_only_the_latest_due_tick(store_dsn: str) -> None:
     """With no options (SKIP_LATE_TICKS), after a slow tick only the latest due tick runs and it
     counts the dropped ones."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import zlink_trio as zl
@@ -21,6 +21,10 @@ def test_timer_options_default_to_skip_late_ticks_with_one_catch_up_tick() -> No
 
 @pytest.mark.spec("TIMER-2")
 @given(st.integers(min_value=-(2**40), max_value=2**40))
+@example(0)
+@example(1)
+@example(MAX_TICKS)
+@example(MAX_TICKS + 1)  # the edges, which a draw from 2**41 values would rarely hit
 def test_catch_up_bounded_accepts_exactly_1_to_2_pow_31_minus_1_ticks(ticks: int) -> None:
     """Under CATCH_UP_BOUNDED, max_catch_up_ticks must be in 1..2**31-1."""
     policy = zl.TimerOverrunPolicy.CATCH_UP_BOUNDED
@@ -57,6 +61,11 @@ def test_timer_options_refuse_values_of_the_wrong_type() -> None:
         zl.TimerOptions(max_catch_up_ticks="3")  # type: ignore[arg-type]  # the point
     with pytest.raises(TypeError):
         zl.TimerOptions(max_catch_up_ticks=True)
+    # Both fields are keyword-only: a positional value is refused, not taken as either field.
+    with pytest.raises(TypeError):
+        zl.TimerOptions(zl.TimerOverrunPolicy.CATCH_UP_BOUNDED)  # type: ignore[call-arg]  # the point
+    with pytest.raises(TypeError):
+        zl.TimerOptions(3)  # type: ignore[call-arg, arg-type]  # the point
 
 
 @pytest.mark.spec("TIMER-4")
