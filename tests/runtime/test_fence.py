@@ -21,7 +21,7 @@ from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
 LEASE = 10.0
 
 
-@pytest.mark.spec("MESH-20")
+@pytest.mark.spec("MESH-20", "DEC-22")
 def test_the_margin_is_a_fifth_of_the_lease() -> None:
     assert 2.0 == fence_margin(10.0)
     assert 0.4 == fence_margin(2.0)

@@ -146,7 +146,7 @@ async def test_a_subscriber_too_far_behind_is_told_to_resync() -> None:
         assert Changed(frozenset({"after"})) == await behind.__anext__()
 
 
-@pytest.mark.spec("STORE-26")
+@pytest.mark.spec("STORE-26", "DEC-16")
 async def test_a_lost_listener_reconnects_and_says_resync(stores: Stores, key_prefix: str) -> None:
     """When the server drops the listening connection, the feed listens again and tells every
     subscriber Resync (notifications may have been lost meanwhile); hints follow again."""

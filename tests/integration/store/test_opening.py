@@ -155,7 +155,7 @@ async def test_opening_concurrently_creates_the_schema_once(store_dsn: str) -> N
     assert [("zlink_store", 1)] == [tuple(row) for row in rows]
 
 
-@pytest.mark.spec("STORE-28")
+@pytest.mark.spec("STORE-28", "DEC-10")
 async def test_first_opens_racing_on_an_empty_database_create_the_schema_once(
     pg_folder: Path,
 ) -> None:

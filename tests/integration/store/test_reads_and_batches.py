@@ -42,7 +42,7 @@ async def test_read_is_one_observation_with_the_database_clock(
     assert before <= missing.store_now <= applied.store_now <= found.store_now <= after
 
 
-@pytest.mark.spec("STORE-2")
+@pytest.mark.spec("STORE-2", "DEC-11")
 async def test_store_now_is_the_statements_database_clock_not_the_callers(
     store_dsn: str, key_prefix: str
 ) -> None:
