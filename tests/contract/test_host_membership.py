@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 import trio
+import trio.testing
 
 import zlink_trio as zl
 from zlink_trio._integration.store import Found, StoreConfig, open_stores
@@ -49,7 +50,7 @@ async def next_about(
     raise AssertionError("the membership ended")
 
 
-@pytest.mark.spec("MESH-18")
+@pytest.mark.spec("MESH-18", "MESH-19")
 async def test_a_host_publishes_drains_and_withdraws_its_node_record(store_dsn: str) -> None:
     """Two hosts of one mesh find each other through the store; while one shuts down its record
     says draining, and once shutdown returns the record is gone and the other no longer lists it."""
@@ -87,6 +88,12 @@ async def test_a_host_publishes_drains_and_withdraws_its_node_record(store_dsn: 
         assert not isinstance(await stores.location.read(key), Found)
         await next_about(events, first.node_rid, PeerDown)
         assert first.node_rid not in second.peers
+        # The second host's transport drops its link to the departed peer (MESH-19).
+        remote = second._tree.remote
+        assert remote is not None
+        assert remote.mesh is not None
+        await trio.testing.wait_all_tasks_blocked()  # its own subscriber has seen PeerDown too
+        assert first.node_rid not in remote.mesh._sockets.links
         assert second.node_rid not in first.peers  # its membership has ended with it
 
 

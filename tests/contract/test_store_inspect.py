@@ -280,3 +280,34 @@ async def test_bad_arguments_are_usage_errors(args: tuple[str, ...]) -> None:
     assert 2 == done.returncode
     assert "usage: zlink-trio" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.spec("INSPECT-1")
+async def test_the_lease_left_is_measured_on_the_store_clock(store_dsn: str) -> None:
+    """With the database's now() an hour behind the machine's (a schema on the search path
+    shadows it), a record that expires 30 s after it was written shows about an hour and 30 s
+    left: inspect measures on the scan's store clock, not on the machine's."""
+    mesh = f"inspect-{uuid.uuid4().hex[:8]}"
+    node = NodeRecord(NodeRid("clocked"), NodeGeneration(NODE_GENERATION))
+    await put_raw(store_dsn, f"m/{mesh}/node/clocked", node.encode())
+    schema = "clock_" + uuid.uuid4().hex[:12]
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+        setup = await stores.database.begin(isolation="read_committed")
+        await setup.execute(f"CREATE SCHEMA {schema}")
+        await setup.execute(
+            f"CREATE FUNCTION {schema}.now() RETURNS timestamptz LANGUAGE sql STABLE "
+            "AS $$ SELECT pg_catalog.now() - interval '1 hour' $$"
+        )
+        await setup.commit()
+        try:
+            separator = "&" if "?" in store_dsn else "?"
+            behind = f"{store_dsn}{separator}search_path=public,{schema},pg_catalog"
+            done = await run_cli("store", "inspect", "--dsn", behind, "--mesh", mesh, "--json")
+        finally:
+            cleanup = await stores.database.begin(isolation="read_committed")
+            await cleanup.execute(f"DROP SCHEMA {schema} CASCADE")
+            await cleanup.commit()
+    out, err = _text(done)
+    assert 0 == done.returncode, err
+    [row] = json.loads(out)["meshes"][mesh]["nodes"]
+    assert 3600 < row["lease_remaining"] <= 3630

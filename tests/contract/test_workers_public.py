@@ -185,7 +185,7 @@ async def test_a_cpu_call_waiting_for_a_slot_ends_at_its_deadline_without_runnin
     assert not ran.is_set()
 
 
-@pytest.mark.spec("CMP-3.7")
+@pytest.mark.spec("CMP-3.7", "DEC-4")
 async def test_work_that_raises_ends_the_call_with_internal_failure(store_dsn: str) -> None:
     """CPU or I/O work that raises ends its call with INTERNAL_FAILURE naming the class."""
 

@@ -1,21 +1,27 @@
-"""The self-fence of a node run, on a clock the test moves (specs/mesh.md MESH-20..MESH-22;
-zlink_trio/_runtime/ownership/fence.py)."""
+"""The self-fence of a node run and the renewals that move it, on a clock the test moves
+(specs/mesh.md MESH-3, MESH-20..MESH-22; zlink_trio/_runtime/ownership/fence.py, lease.py)."""
 
 from __future__ import annotations
 
+import itertools
 import math
+from datetime import UTC, datetime
 
 import pytest
 import trio
 import trio.testing
 
+from zlink_trio._integration.store import Applied, Batch, Conflict, Found, Missing
 from zlink_trio._runtime.ownership.fence import Fence, fence_margin
+from zlink_trio._runtime.ownership.lease import NodeLease
+from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
 
 LEASE = 10.0
 
 
-@pytest.mark.spec("MESH-20")
+@pytest.mark.spec("MESH-20", "DEC-22")
 def test_the_margin_is_a_fifth_of_the_lease() -> None:
     assert 2.0 == fence_margin(10.0)
     assert 0.4 == fence_margin(2.0)
@@ -93,3 +99,108 @@ async def test_a_lost_lease_is_lost_for_good(mock_clock: trio.testing.MockClock)
     with trio.move_on_after(3600) as waited:
         await fence.wait_serving()
     assert waited.cancelled_caught
+
+
+class _FailingRenewals:
+    """A Location Store stand-in for one lease: records when each write was tried, and answers
+    ``UNAVAILABLE`` to the writes whose number is in ``failing``."""
+
+    def __init__(self, failing: set[int]) -> None:
+        self.failing = failing
+        self.tried: list[float] = []
+        self.delay = 0.0
+        """How long each write takes."""
+        self._version = 0
+
+    async def read(self, key: str) -> Missing | Found:
+        raise AssertionError("a renewal that succeeds or is unavailable reads nothing")
+
+    async def write(self, batch: Batch) -> Applied | Conflict:
+        self.tried.append(trio.current_time())
+        await trio.sleep(self.delay)
+        if len(self.tried) in self.failing:
+            raise ZLinkError(ErrorKind.UNAVAILABLE, "test outage")
+        self._version += 1
+        return Applied((self._version,), datetime.now(UTC))
+
+
+@pytest.mark.spec("MESH-3")
+async def test_a_failed_renewal_is_tried_again_sooner_than_the_renewal_interval(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """Renewals follow every ``renew_every``; after an UNAVAILABLE one the next try comes after
+    (lease + margin) / 20, and once one succeeds the interval is ``renew_every`` again."""
+    mock_clock.autojump_threshold = 0
+    store = _FailingRenewals(failing={2, 3})
+    record = NodeRecord(NodeRid("n1"), NodeGeneration.new())
+    fence = Fence(LEASE)
+    lease = NodeLease(
+        store, MeshName("m"), "m/m/node/n1", record, lease=LEASE, renew_every=3.0, fence=fence
+    )
+    await lease.publish(first=True)
+    with trio.move_on_after(3.0 + 0.6 + 0.6 + 3.0 + 1.0):
+        await lease.renew_loop()
+    gaps = [round(later - earlier, 6) for earlier, later in itertools.pairwise(store.tried)]
+    assert [3.0, 0.6, 0.6, 3.0] == gaps  # (10 + 2) / 20 = 0.6 after each failure
+
+
+@pytest.mark.spec("MESH-14")
+async def test_a_new_load_waits_for_the_renewal_while_a_new_state_is_written_at_once(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """On a clock the test moves: a load change writes nothing until the next renewal, which
+    carries it; a state change is written at once."""
+    mock_clock.autojump_threshold = 0
+    store = _FailingRenewals(failing=set())
+    written: list[tuple[float, NodeRecord]] = []
+    write = store.write
+
+    async def recording(batch: Batch) -> Applied | Conflict:
+        written.append((trio.current_time(), NodeRecord.decode(batch.mutations[0].value)))  # type: ignore[union-attr]  # a lease only puts
+        return await write(batch)
+
+    store.write = recording  # type: ignore[method-assign]  # the test records the writes
+    record = NodeRecord(NodeRid("n1"), NodeGeneration.new())
+    lease = NodeLease(
+        store,
+        MeshName("m"),
+        "m/m/node/n1",
+        record,
+        lease=LEASE,
+        renew_every=3.0,
+        fence=Fence(LEASE),
+    )
+    await lease.publish(first=True)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lease.renew_loop)
+        await trio.sleep(1.0)
+        lease.revise({"load": 7})
+        await trio.sleep(1.5)
+        assert 1 == len(written)  # only the first publish, at start
+        await trio.sleep(1.0)
+        assert [(start + 3.0, 7)] == [(when, rec.load) for when, rec in written[1:]]
+        lease.revise({"state": "draining"})
+        await trio.sleep(0.1)
+        assert (start + 3.5, "draining") == (written[-1][0], written[-1][1].state)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.spec("MESH-20")
+async def test_the_fence_counts_from_when_the_renewal_began_not_when_it_answered(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """A publish whose write takes 3 s moves the fence to its start + lease - margin: the
+    database may have stamped the record at any moment of those 3 s."""
+    mock_clock.autojump_threshold = 0
+    store = _FailingRenewals(failing=set())
+    store.delay = 3.0
+    fence = Fence(LEASE)
+    record = NodeRecord(NodeRid("n1"), NodeGeneration.new())
+    lease = NodeLease(
+        store, MeshName("m"), "m/m/node/n1", record, lease=LEASE, renew_every=3.0, fence=fence
+    )
+    began = trio.current_time()
+    await lease.publish(first=True)
+    assert began + 3.0 == trio.current_time()
+    assert began + LEASE - fence_margin(LEASE) == fence.until

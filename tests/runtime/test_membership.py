@@ -21,6 +21,7 @@ import trio
 from zlink_trio._integration.store import (
     Applied,
     Batch,
+    Changed,
     ChangeSubscription,
     Conflict,
     Delete,
@@ -29,6 +30,7 @@ from zlink_trio._integration.store import (
     IfVersion,
     Missing,
     Put,
+    Resync,
     ScanPage,
     StoreConfig,
     Stores,
@@ -236,6 +238,73 @@ async def test_nodes_of_another_mesh_are_not_peers(stores: Stores, mesh: MeshNam
         nursery.cancel_scope.cancel()
 
 
+class _NoHints:
+    """A change subscription that says only what the test puts in (nothing by default):
+    discovery by polling alone."""
+
+    def __init__(self) -> None:
+        self.send, self._receive = trio.open_memory_channel[Changed | Resync](10)
+
+    def __enter__(self) -> _NoHints:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    async def __anext__(self) -> Changed | Resync:
+        return await self._receive.receive()
+
+
+class DeafStore:
+    """The real Location Store whose change feed is silent; it counts the scans (polls)."""
+
+    def __init__(self, stores: Stores) -> None:
+        self._real = stores.location
+        self.scanned = 0
+        self._scan = trio.Event()
+        self.hints = _NoHints()
+
+    async def scans(self, count: int) -> None:
+        while self.scanned < count:
+            await self._scan.wait()
+
+    async def read(self, key: str) -> Missing | Found:
+        return await self._real.read(key)
+
+    async def write(self, batch: Batch) -> Applied | Conflict:
+        return await self._real.write(batch)
+
+    async def scan(self, prefix: str, limit: int, cursor: str | None = None) -> ScanPage | Expired:
+        page = await self._real.scan(prefix, limit, cursor)
+        self.scanned += 1
+        self._scan.set()
+        self._scan = trio.Event()
+        return page
+
+    def changes(self) -> ChangeSubscription:
+        return cast(ChangeSubscription, self.hints)
+
+
+@pytest.mark.spec("MESH-4")
+async def test_polling_alone_discovers_a_peer_that_started_later(
+    stores: Stores, mesh: MeshName
+) -> None:
+    """With no change hints at all, a run still lists a peer that published after its own
+    first scans (the one at start and two polls), at a later poll."""
+    deaf = DeafStore(stores)
+    a = Membership(deaf, mesh, node("a"), lease=10.0, poll_every=0.2)
+    b = Membership(stores.location, mesh, node("b"), lease=10.0)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, a)
+        with trio.fail_after(5):
+            await deaf.scans(3)
+        assert {} == a.peers()
+        await start(nursery, b)
+        with trio.fail_after(5):
+            await a.wait_for_peer(b.rid)
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.spec("MESH-5")
 async def test_a_stopped_node_withdraws_and_peers_see_it_down_promptly(
     stores: Stores, mesh: MeshName
@@ -276,7 +345,10 @@ async def test_a_silent_run_is_removed_and_down_after_lease_and_margin(
         await start(nursery, alive)
         assert PeerUp(alive.record) == await next_event(events, within=5)
         assert PeerDown(ghost.rid, ghost.generation) == await next_event(events, within=15)
-        assert await stores.location.now() >= written.store_now + timedelta(seconds=1.2)
+        removed = await stores.location.now()
+        assert written.store_now + timedelta(seconds=1.2) <= removed
+        # ... and soon after: the watcher looked again when the silence ran out (no poll came).
+        assert removed < written.store_now + timedelta(seconds=3.0)
         assert isinstance(await stores.location.read(key_of(mesh, "ghost")), Missing)
         assert [alive.rid] == list(observer.peers())
         nursery.cancel_scope.cancel()
@@ -302,6 +374,27 @@ async def test_silence_counts_again_after_the_watcher_lost_sight_of_the_store(
         back = await stores.location.now()
         assert PeerDown(ghost.rid, ghost.generation) == await next_event(events, within=15)
         assert await stores.location.now() >= back + timedelta(seconds=1.2)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.spec("MESH-6")
+async def test_silence_counts_again_after_a_resync(stores: Stores, mesh: MeshName) -> None:
+    """A Resync (hints may have been lost) restarts every peer's silence: a peer silent before
+    it is removed only lease + margin after the Resync, not after its last write."""
+    deaf = DeafStore(stores)
+    observer = Membership(deaf, mesh, node("obs"), lease=1.0, renew_every=0.2, poll_every=0.1)
+    ghost = node("ghost")
+    async with trio.open_nursery() as nursery:
+        await start(nursery, observer)
+        events = observer.subscribe()
+        written = await put(stores, key_of(mesh, "ghost"), ghost.encode(), retention=None)
+        assert PeerUp(ghost) == await next_event(events, within=5)
+        while await stores.location.now() < written.store_now + timedelta(seconds=0.9):
+            await deaf.scans(deaf.scanned + 1)
+        resync = await stores.location.now()
+        deaf.hints.send.send_nowait(Resync())
+        assert PeerDown(ghost.rid, ghost.generation) == await next_event(events, within=15)
+        assert await stores.location.now() >= resync + timedelta(seconds=1.2)
         nursery.cancel_scope.cancel()
 
 
@@ -603,6 +696,19 @@ async def test_is_live_reads_the_store_not_the_cache(stores: Stores, mesh: MeshN
     assert not await asker.is_live(a.rid, a.generation)
 
 
+@pytest.mark.spec("MESH-12")
+async def test_is_live_raises_unavailable_when_the_store_cannot_answer(
+    stores: Stores, mesh: MeshName
+) -> None:
+    """Unknown is not dead: with the store failing, is_live raises UNAVAILABLE, never False."""
+    flaky = FlakyStore(stores)
+    asker = Membership(flaky, mesh, node("asker"))
+    flaky.failing = True
+    with pytest.raises(ZLinkError) as failed:
+        await asker.is_live(NodeRid("a"), NodeGeneration.new())
+    assert ErrorKind.UNAVAILABLE == failed.value.kind
+
+
 @pytest.mark.spec("MESH-15")
 async def test_records_that_do_not_decode_are_skipped_and_logged(
     stores: Stores, mesh: MeshName, caplog: pytest.LogCaptureFixture
@@ -653,7 +759,7 @@ async def test_a_subscriber_gets_a_snapshot_first_and_its_stream_ends_with_the_r
             async for event in events:
                 pytest.fail(f"no event was due after the snapshot, got {event}")
         assert {} == a.peers()
-        with pytest.raises(ZLinkError) as ended:
+        with trio.fail_after(5), pytest.raises(ZLinkError) as ended:
             await a.wait_for_peer(b.rid)
         assert ErrorKind.SHUTTING_DOWN == ended.value.kind
         with pytest.raises(ZLinkError) as again:

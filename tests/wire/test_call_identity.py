@@ -75,3 +75,5 @@ def test_call_id_parts_must_be_their_dedicated_types() -> None:
         CallId("node-a", NodeGeneration.new(), ReplyRouteId(1))  # type: ignore[arg-type]  # the point
     with pytest.raises(TypeError):
         CallId(NodeRid("node-a"), 5, ReplyRouteId(1))  # type: ignore[arg-type]  # the point
+    with pytest.raises(TypeError):
+        CallId(NodeRid("node-a"), NodeGeneration.new(), 1)  # type: ignore[arg-type]  # the point

@@ -11,6 +11,7 @@ from zlink_trio._integration.store import (
     Changed,
     ChangeSubscription,
     Conflict,
+    Delete,
     Found,
     IfMissing,
     Missing,
@@ -20,6 +21,7 @@ from zlink_trio._integration.store import (
     Stores,
     open_stores,
 )
+from zlink_trio._integration.store.notifications import MAX_PENDING_KEYS, ChangeFeed
 
 
 async def _next_change_of(feed: ChangeSubscription, key: str) -> Changed:
@@ -63,6 +65,20 @@ async def test_a_committed_batch_notifies_its_keys(stores: Stores, key_prefix: s
                     seen |= event.keys
                 if {a, b} <= seen:
                     break
+
+
+@pytest.mark.spec("STORE-25")
+async def test_a_committed_delete_notifies_its_key(stores: Stores, key_prefix: str) -> None:
+    """A batch that only deletes a key announces that key too."""
+    key = key_prefix + "gone"
+    with stores.location.changes() as feed:
+        await stores.location.write(Batch([], [Put(key, b"1")]))
+        with trio.fail_after(10):
+            await _next_change_of(feed, key)
+        deleted = await stores.location.write(Batch([], [Delete(key)]))
+        assert isinstance(deleted, Applied)
+        with trio.fail_after(10):
+            await _next_change_of(feed, key)
 
 
 @pytest.mark.spec("STORE-25")
@@ -112,3 +128,41 @@ async def test_a_cache_follows_changes_with_polling_alone(store_dsn: str, key_pr
                     events = await cache.refresh_until(feed, b"new")
     assert events
     assert all(isinstance(event, Resync) for event in events)
+
+
+@pytest.mark.spec("STORE-26")
+async def test_a_subscriber_too_far_behind_is_told_to_resync() -> None:
+    """Up to 10,000 pending keys arrive as Changed; one more turns them into one Resync."""
+    feed = ChangeFeed()
+    with feed.subscribe() as caught_up, feed.subscribe() as behind:
+        for number in range(MAX_PENDING_KEYS):
+            feed.publish_key(f"k{number}")
+        event = await caught_up.__anext__()
+        assert isinstance(event, Changed)
+        assert MAX_PENDING_KEYS == len(event.keys)
+        feed.publish_key("one more")
+        assert Resync() == await behind.__anext__()
+        feed.publish_key("after")
+        assert Changed(frozenset({"after"})) == await behind.__anext__()
+
+
+@pytest.mark.spec("STORE-26", "DEC-16")
+async def test_a_lost_listener_reconnects_and_says_resync(stores: Stores, key_prefix: str) -> None:
+    """When the server drops the listening connection, the feed listens again and tells every
+    subscriber Resync (notifications may have been lost meanwhile); hints follow again."""
+    killer = await stores.database.begin(isolation="read_committed")
+    with stores.location.changes() as feed:
+        try:
+            await killer.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND query LIKE 'LISTEN %'"
+            )
+        finally:
+            await killer.close()
+        with trio.fail_after(10):
+            event = await feed.__anext__()
+        assert Resync() == event
+        key = key_prefix + "after"
+        await stores.location.write(Batch([], [Put(key, b"1")]))
+        with trio.fail_after(10):
+            await _next_change_of(feed, key)

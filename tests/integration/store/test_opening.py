@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import ast
+import threading
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import trio
+import trio.testing
 from sqlalchemy import bindparam, select, update
 
 import zlink_trio._integration.store as store_package
@@ -17,12 +19,14 @@ from zlink_trio._integration.store import (
     DSN_VARIABLE,
     Applied,
     Batch,
+    EmbeddedPostgres,
     Found,
     Put,
     StoreConfig,
     default_data_dir,
     open_stores,
 )
+from zlink_trio._integration.store import embedded as embedded_module
 from zlink_trio._integration.store.bridge import Database
 from zlink_trio._integration.store.schema import schema_version
 from zlink_trio._integration.store.statements import Statement
@@ -151,6 +155,38 @@ async def test_opening_concurrently_creates_the_schema_once(store_dsn: str) -> N
     assert [("zlink_store", 1)] == [tuple(row) for row in rows]
 
 
+@pytest.mark.spec("STORE-28", "DEC-10")
+async def test_first_opens_racing_on_an_empty_database_create_the_schema_once(
+    pg_folder: Path,
+) -> None:
+    """Four stores opening together on a server with no tables yet all start, and one layout
+    version is recorded (the creation is serialised, not raced)."""
+    server = EmbeddedPostgres(pg_folder / "fresh")
+    dsn = await server.start(60)
+    try:
+        config = StoreConfig(dsn=dsn, pool_min_size=1, pool_max_size=3)
+        go = trio.Event()
+        opened: list[int] = []
+
+        async def open_one(number: int) -> None:
+            await go.wait()
+            async with open_stores(config, environ={}) as stores:
+                await stores.location.now()
+                opened.append(number)
+
+        async with trio.open_nursery() as nursery:
+            for number in range(4):
+                nursery.start_soon(open_one, number)
+            await trio.testing.wait_all_tasks_blocked()
+            go.set()
+        async with open_stores(config, environ={}) as stores:
+            rows = await stores.database.fetch(_VERSION_ROWS, {})
+    finally:
+        await server.stop(60)
+    assert [0, 1, 2, 3] == sorted(opened)
+    assert [("zlink_store", 1)] == [tuple(row) for row in rows]
+
+
 @pytest.mark.spec("STORE-29")
 async def test_a_newer_schema_version_stops_start_up(store_dsn: str) -> None:
     """A database stamped with a newer layout is refused and the stamp is left alone."""
@@ -198,6 +234,34 @@ async def test_an_unusable_data_folder_is_a_configuration_error(tmp_path: Path) 
     with pytest.raises(ConfigurationError, match="data folder"):
         async with open_stores(StoreConfig(data_dir=blocker / "sub" / "pg"), environ={}):
             pass
+
+
+@pytest.mark.spec("STORE-34")
+async def test_an_embedded_start_past_startup_timeout_is_unavailable_naming_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that is not ready within startup_timeout ends opening with UNAVAILABLE, in
+    time, and the message names the server log (the package's start is held until released)."""
+    release = threading.Event()
+
+    class _SlowPackage:
+        @staticmethod
+        def get_server(data_dir: Path, cleanup_mode: str) -> object:
+            release.wait(30)
+            raise OSError("released by the test")
+
+    monkeypatch.setattr(embedded_module, "_package", lambda: _SlowPackage)
+    config = StoreConfig(data_dir=tmp_path / "pg", startup_timeout=0.3)
+    start = trio.current_time()
+    try:
+        with trio.fail_after(10), pytest.raises(ZLinkError) as caught:
+            async with open_stores(config, environ={}):
+                pass
+    finally:
+        release.set()
+    assert ErrorKind.UNAVAILABLE == caught.value.kind
+    assert str(tmp_path / "pg" / "log") in caught.value.message
+    assert trio.current_time() - start < 5
 
 
 from sqlalchemy import bindparam, select, update  # noqa: E402  # test-only helper

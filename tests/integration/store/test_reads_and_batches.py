@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import uuid
+from datetime import datetime, timedelta
 
 import pytest
 import trio
@@ -39,6 +40,46 @@ async def test_read_is_one_observation_with_the_database_clock(
     assert isinstance(applied, Applied)
     assert Found(b"v", applied.versions[0], None, found.store_now) == found
     assert before <= missing.store_now <= applied.store_now <= found.store_now <= after
+
+
+@pytest.mark.spec("STORE-2", "DEC-11")
+async def test_store_now_is_the_statements_database_clock_not_the_callers(
+    store_dsn: str, key_prefix: str
+) -> None:
+    """With the database's now() an hour ahead (a schema first on the search path shadows it),
+    reads report that clock: Missing and Found carry the shifted time, and a record's expiry
+    is judged against it (live while store_now < expires_at)."""
+    schema = "clock_" + uuid.uuid4().hex[:12]
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as plain:
+        real_now = await plain.location.now()
+        setup = await plain.database.begin(isolation="read_committed")
+        await setup.execute(f"CREATE SCHEMA {schema}")
+        await setup.execute(
+            f"CREATE FUNCTION {schema}.now() RETURNS timestamptz LANGUAGE sql STABLE "
+            "AS $$ SELECT pg_catalog.now() + interval '1 hour' $$"
+        )
+        await setup.commit()
+        try:
+            separator = "&" if "?" in store_dsn else "?"
+            shifted = f"{store_dsn}{separator}search_path={schema},pg_catalog,public"
+            async with open_stores(StoreConfig(dsn=shifted), environ={}) as stores:
+                key = key_prefix + "k"
+                missing = await stores.location.read(key)
+                applied = await stores.location.write(
+                    Batch([], [Put(key, b"v", timedelta(minutes=30))])
+                )
+                found = await stores.location.read(key)
+        finally:
+            cleanup = await plain.database.begin(isolation="read_committed")
+            await cleanup.execute(f"DROP SCHEMA {schema} CASCADE")
+            await cleanup.commit()
+    ahead = real_now + timedelta(minutes=59)
+    assert isinstance(missing, Missing)
+    assert isinstance(applied, Applied)
+    assert isinstance(found, Found)
+    assert ahead <= missing.store_now
+    assert ahead <= found.store_now < found.expires_at  # type: ignore[operator]  # has retention
+    assert applied.store_now + timedelta(minutes=30) == found.expires_at
 
 
 @pytest.mark.spec("STORE-12")

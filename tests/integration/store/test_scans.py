@@ -55,6 +55,29 @@ async def test_an_empty_prefix_scans_from_the_first_key(stores: Stores, key_pref
     assert page.cursor is not None
 
 
+@pytest.mark.spec("STORE-7")
+async def test_a_page_holds_at_most_four_mib_of_keys_and_values(
+    stores: Stores, key_prefix: str
+) -> None:
+    """Five 1 MiB values with a limit of 10: a page stops before 4 MiB, the rest follows."""
+    keys = [f"{key_prefix}{n}" for n in range(5)]
+    for key in keys:  # one batch each: a batch holds at most 4 MiB
+        result = await stores.location.write(Batch([], [Put(key, bytes(1024 * 1024))]))
+        assert isinstance(result, Applied)
+    sizes: list[int] = []
+    seen: list[str] = []
+    page = await _page(stores, key_prefix, 10)
+    while True:
+        sizes.append(sum(len(r.key.encode()) + len(r.value) for r in page.records))
+        seen += [record.key for record in page.records]
+        if page.cursor is None:
+            break
+        page = await _page(stores, key_prefix, 10, page.cursor)
+    assert keys == seen
+    assert len(sizes) > 1
+    assert all(size <= 4 * 1024 * 1024 for size in sizes)
+
+
 @pytest.mark.spec("STORE-8", "DEC-15")
 async def test_later_pages_stay_on_the_first_pages_snapshot(
     stores: Stores, key_prefix: str

@@ -221,3 +221,39 @@ async def test_end_sends_ends_a_send_waiting_at_the_hwm_and_the_mesh_goes_on() -
                     assert b"still" == (await ask(b, "a", b"still")).payload  # replies flow
             finally:
                 held.hold.set()
+
+
+@pytest.mark.spec("TRN-25")
+async def test_end_sends_also_holds_for_a_peer_connected_after_it() -> None:
+    """After end_sends, a peer added later gets new links; a send to it that would wait at the
+    HWM ends at once with the error given to end_sends."""
+    async with (
+        node("a", send_hwm=1) as (a, _),
+        node("b") as (b, _),
+        node("c", receive_hwm=1) as (c, held),
+    ):
+        await connect(a, b)
+        a.end_sends(ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down"))
+        await connect(a, c)
+        held.hold = trio.Event()
+        sent: list[int] = []
+        errors: list[ZLinkError] = []
+        ended = trio.Event()
+
+        async def sender() -> None:
+            try:
+                await fill(a, NodeRid("c"), sent)
+            except ZLinkError as error:
+                errors.append(error)
+            finally:
+                ended.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sender)
+            # A hang guard: a shielded wait ignores cancellation, so a wait that did not end is
+            # released below (c reads again) and the assertions report it.
+            with trio.move_on_after(10):
+                await ended.wait()
+            held.hold.set()
+        assert [ErrorKind.SHUTTING_DOWN] == [error.kind for error in errors]
+        assert len(sent) < MANY

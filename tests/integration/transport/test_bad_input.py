@@ -121,12 +121,13 @@ async def test_garbage_is_counted_and_dropped_while_other_peers_keep_working() -
             with trio.fail_after(20):
                 for _ in range(200):
                     stranger.send_multipart(random_frames(rng))
+                stranger.send_multipart(encode(numbered(1, 10)))  # well formed, but no Hello yet
                 opened.send_multipart(hello("y", generation))
                 for _ in range(200):
                     opened.send_multipart(random_frames(rng))
                 opened.send_multipart(encode(numbered(0, 5000)))  # above the frame limit
                 opened.send_multipart(encode(misplaced))  # a reply on the application connection
-                await until(lambda: 402 == sum(a.drops.values()))
+                await until(lambda: 403 == sum(a.drops.values()))
                 counted = dict(a.drops)
                 await until(lambda: bool(stream.poll(0)))  # the STREAM socket is connected
                 stream.recv_multipart()
@@ -140,6 +141,7 @@ async def test_garbage_is_counted_and_dropped_while_other_peers_keep_working() -
                 socket.close()
         assert 1 == counted[OVERSIZED]
         assert 1 == counted[WRONG_CONNECTION]
+        assert 1 == counted[NOT_OPENED]
         assert counted[MALFORMED] > 0
         # libzmq reads raw bytes as a ZMTP 1.0 peer's frames, or closes the connection: what
         # reaches the mesh is counted as bad input like any other.

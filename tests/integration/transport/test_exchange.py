@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
-from tests.integration.transport.conftest import Spawn, ask, echo, node, numbered
-from zlink_trio._integration.transport import RouteMesh
-from zlink_trio.ids import NodeRid
+from tests.integration.transport.conftest import Spawn, ask, connect, echo, node, numbered
+from zlink_trio._integration.transport import PeerRun, RouteMesh
+from zlink_trio._wire import OperationId, Reply, Request, Send
+from zlink_trio.ids import NodeRid, SpotId, StableTypeName
 
 COUNT = 10_000
 
@@ -48,3 +50,45 @@ async def test_requests_get_their_replies_in_both_directions(spawn: Spawn) -> No
             assert ["REQUESTED", "300"] == await child.line("REQUESTED")
         assert 0 == a.pending_requests
         assert {} == dict(a.drops)
+
+
+@pytest.mark.spec("TRN-26")
+async def test_on_submitted_is_called_once_the_request_is_queued_before_its_reply() -> None:
+    """``on_submitted`` runs once, while the peer still holds the request unanswered; the reply
+    comes only after the test lets the peer answer."""
+    meshes: list[RouteMesh] = []
+    answer = trio.Event()
+    answering = echo(lambda: meshes[0])
+
+    async def held(origin: PeerRun, message: Send | Request) -> None:
+        await answer.wait()
+        await answering(origin, message)
+
+    calls: list[bool] = []
+    async with node("b", held) as (b, _), node("a") as (a, _):
+        meshes.append(b)
+        await connect(a, b)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                replies: list[Reply] = []
+
+                async def request() -> None:
+                    replies.append(
+                        await a.request(
+                            NodeRid("b"),
+                            operation_id=OperationId.new(),
+                            target=SpotId("s"),
+                            message_type=StableTypeName("echo"),
+                            payload=b"q",
+                            timeout=10.0,
+                            on_submitted=lambda: calls.append(True),
+                        )
+                    )
+
+                nursery.start_soon(request)
+                await trio.testing.wait_all_tasks_blocked()
+                assert [True] == calls
+                assert [] == replies
+                answer.set()
+    assert [True] == calls
+    assert b"q" == replies[0].payload

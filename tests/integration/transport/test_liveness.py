@@ -252,3 +252,18 @@ async def test_replies_complete_only_their_own_live_request() -> None:
             await until(lambda: a.drops[LATE_REPLY] == 1)
             assert b"ok" == (await ask(a, "b", b"ok")).payload
         assert 0 == a.pending_requests
+
+
+@pytest.mark.spec("TRN-17")
+async def test_an_idle_peer_stays_up_on_heartbeats_alone() -> None:
+    """Two connected nodes that exchange nothing for three liveness windows keep their routes:
+    the heartbeats alone count as hearing from each other, and no route-lost event comes."""
+    async with node("a") as (a, _), node("b") as (b, _):
+        await connect(a, b)
+        run_of_b, run_of_a = a.is_up(B), b.is_up(NodeRid("a"))
+        # The passage of time is the point: three windows with nothing but heartbeats.
+        with trio.move_on_after(3 * WINDOW):
+            event = await a.route_changes.receive()
+            pytest.fail(f"a route changed while both peers were alive: {event}")
+        assert run_of_b == a.is_up(B)
+        assert run_of_a == b.is_up(NodeRid("a"))
