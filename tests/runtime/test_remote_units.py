@@ -103,6 +103,11 @@ class Messages:
     def encode(self, message: str) -> tuple[StableTypeName, bytes]:
         return StableTypeName("units.Text"), message.encode()
 
+    def encode_within(self, message: str, limit: int) -> tuple[StableTypeName, bytes]:
+        name, payload = self.encode(message)
+        assert len(payload) <= limit
+        return name, payload
+
     def decode(self, name: StableTypeName, payload: bytes) -> object:
         return payload.decode() if name == StableTypeName("units.Text") else int(payload)
 
@@ -191,7 +196,7 @@ class Scene:
             node_rid=ME,
             authority=self.authority,
             registry=SimpleNamespace(messages=Messages()),
-            config=SimpleNamespace(node_lease=LEASE),
+            config=SimpleNamespace(node_lease=LEASE, max_message_bytes=4 * 1024 * 1024),
         )
         self.remote = Remote(node, self.store, self.membership, lambda: self.load)  # type: ignore[arg-type]  # stand-ins
         self.remote.mesh = self.mesh  # type: ignore[assignment]  # a stand-in transport

@@ -20,7 +20,7 @@ import trio.testing
 import zlink_trio as zl
 from zlink_trio._integration.store import StoreConfig
 from zlink_trio._runtime.host import host as host_module
-from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio._runtime.routing.remote import Owner, Remote
 
 app = zl.Application()
 
@@ -75,7 +75,7 @@ async def cached_route(first: zl.Host, second: zl.Host) -> str:
     assert second.node_rid.value == reply.node_rid
     # The request cached the owner, but a late hint of the create may clear it again; the test
     # needs the entry, so it is set here, as the request set it.
-    remote_of(first)._cache[zl.SpotId(room)] = second.node_rid
+    remote_of(first)._cache[zl.SpotId(room)] = Owner(second.node_rid)
     return room
 
 
@@ -108,7 +108,7 @@ async def test_a_resync_makes_the_cache_forget_everything(
         room = f"room-{uuid.uuid4().hex[:10]}"
         await second.spots.get_or_create(room, "cache.Room").submit()
         # A resolve could race the next Resync, so the entry is put in the cache directly.
-        remote_of(first)._cache[zl.SpotId(room)] = second.node_rid
+        remote_of(first)._cache[zl.SpotId(room)] = Owner(second.node_rid)
         await forgotten(remote_of(first), room)
 
 

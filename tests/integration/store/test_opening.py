@@ -246,7 +246,7 @@ async def test_an_embedded_start_past_startup_timeout_is_unavailable_naming_the_
 
     class _SlowPackage:
         @staticmethod
-        def get_server(data_dir: Path, cleanup_mode: str) -> object:
+        def PostgresServer(data_dir: Path, cleanup_mode: str | None) -> object:
             release.wait(30)
             raise OSError("released by the test")
 
