@@ -1,7 +1,7 @@
 """Many hosts: Spot requests and sends between two host processes through the public API, next
 to the minimal pyzmq+Trio loop of ``bench/transport.py`` measured in the same run.
 
-    python bench/mesh.py [--quick] [--profile]
+    python bench/mesh.py [--quick] [--profile] [--security both|curve|none]
 
 Uses ZLINK_STORE_DSN when set, otherwise a throw-away embedded PostgreSQL in a temporary folder.
 Exactly two hosts of one (fresh) mesh share that store: the *server* host runs in a child process
@@ -26,6 +26,8 @@ Targets: p50 <= 1.5x and p99 <= 2x the minimal loop; >= 20,000 requests/s with 6
 >= 50,000 one-way sends/s. A benchmark reports and exits 0, except when the cluster cannot be
 formed at all (the server does not start, the hosts do not see each other, the Spot does not
 land on the server, or a request to it fails): then it says why on stderr and exits 1.
+``--security`` (default ``both``) measures the two hosts with CURVE security and then plain,
+each against the same baseline, and prints what encryption costs (specs/security.md SEC-8).
 ``--profile`` runs both processes under cProfile and prints where each spends its time (the
 figures of such a run are slower and are not the ones to record).
 """
@@ -57,6 +59,8 @@ import zlink_trio as zl
 from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
 
 HERE = Path(__file__).resolve().parent
+SECURITY_MODES = {"both": ("curve", "none"), "curve": ("curve",), "none": ("none",)}
+"""The hosts' ``transport_security`` per ``--security`` choice."""
 PAYLOAD = b"x" * 64
 SPOT = "bench-echo"
 OUTSTANDING = 64
@@ -147,8 +151,10 @@ async def sees(host: zl.Host, rid: zl.NodeRid) -> bool:
     return rid in host.peers
 
 
-async def serve(dsn: str, mesh: str, client_rid: str) -> None:
-    config = zl.HostConfig(mesh=mesh, store_dsn=dsn, request_timeout=30.0)
+async def serve(dsn: str, mesh: str, client_rid: str, security: str) -> None:
+    config = zl.HostConfig(
+        mesh=mesh, store_dsn=dsn, request_timeout=30.0, transport_security=security
+    )
     async with zl.open_host(app, config) as host:
         created = await host.spots.get_or_create(SPOT, "bench.Echo").submit()
         seen = "yes" if await sees(host, zl.NodeRid(client_rid)) else "no"
@@ -345,11 +351,11 @@ async def measure_ours(host: zl.Host, server_pid: int, counts: Counts) -> tuple[
 
 
 async def form_cluster(
-    host: zl.Host, dsn: str, mesh: str, profile: Path | None
+    host: zl.Host, dsn: str, mesh: str, security: str, profile: Path | None
 ) -> tuple[trio.Process, zl.NodeRid]:
     """Start the server host, see each other, and check the Spot lives on the server."""
     command = [sys.executable, str(Path(__file__).resolve()), "--serve", dsn, mesh]
-    command.append(host.node_rid.value)
+    command += [host.node_rid.value, security]
     if profile is not None:
         command += ["--profile-to", str(profile)]
     process = await trio.lowlevel.open_process(
@@ -476,39 +482,54 @@ async def run(args: argparse.Namespace, dsn: str, profile_dir: Path | None) -> s
         f" {base.concurrent_rate:.0f} req/s with {OUTSTANDING} outstanding,"
         f" one-way {base.one_way_rate:.0f} msg/s"
     )
-    mesh = f"bench-{uuid.uuid4().hex[:8]}"
-    config = zl.HostConfig(mesh=mesh, store_dsn=dsn, request_timeout=30.0)
-    client_profile = None
-    async with zl.open_host(app, config) as host:
-        started = time.perf_counter()
-        try:
-            process, server = await form_cluster(
-                host, dsn, mesh, profile_dir / "server.prof" if profile_dir else None
-            )
-        except ClusterError as error:
-            return str(error)
-        try:
-            print(
-                f"cluster of 2 hosts formed in {time.perf_counter() - started:.1f} s"
-                f" (mesh {mesh}); {SPOT} lives on the server {server.value}"
-            )
-            profiler = cProfile.Profile() if profile_dir else None
-            if profiler is not None:
-                profiler.enable()
+    results: list[tuple[str, Figures, int]] = []
+    for security in SECURITY_MODES[args.security]:
+        mesh = f"bench-{uuid.uuid4().hex[:8]}"
+        config = zl.HostConfig(
+            mesh=mesh, store_dsn=dsn, request_timeout=30.0, transport_security=security
+        )
+        client_profile = None
+        profiling = profile_dir if not results else None  # the first mode only
+        async with zl.open_host(app, config) as host:
             started = time.perf_counter()
-            ours, delivered = await measure_ours(host, process.pid, counts)
-            if profiler is not None:
-                profiler.disable()
-                client_profile = profile_dir / "client.prof" if profile_dir else None
-                assert client_profile is not None
-                profiler.dump_stats(str(client_profile))
-            print(f"ours measured in {time.perf_counter() - started:.1f} s")
-        finally:
-            await stop_server(process)
-    report(base, ours, delivered, counts)
-    if profile_dir is not None and client_profile is not None:
-        print_profile("measuring host (this process)", client_profile)
-        print_profile("server host (child process)", profile_dir / "server.prof")
+            try:
+                process, server = await form_cluster(
+                    host, dsn, mesh, security, profiling / "server.prof" if profiling else None
+                )
+            except ClusterError as error:
+                return str(error)
+            try:
+                print(
+                    f"cluster of 2 hosts formed in {time.perf_counter() - started:.1f} s"
+                    f" (mesh {mesh}, transport_security={security!r}); {SPOT} lives on the"
+                    f" server {server.value}"
+                )
+                profiler = cProfile.Profile() if profiling else None
+                if profiler is not None:
+                    profiler.enable()
+                started = time.perf_counter()
+                ours, delivered = await measure_ours(host, process.pid, counts)
+                if profiler is not None and profiling is not None:
+                    profiler.disable()
+                    client_profile = profiling / "client.prof"
+                    profiler.dump_stats(str(client_profile))
+                print(f"ours measured in {time.perf_counter() - started:.1f} s")
+            finally:
+                await stop_server(process)
+        results.append((security, ours, delivered))
+        if profile_dir is not None and client_profile is not None:
+            print_profile("measuring host (this process)", client_profile)
+            print_profile("server host (child process)", profile_dir / "server.prof")
+    for security, ours, delivered in results:
+        print(f"\n== transport_security={security!r}")
+        report(base, ours, delivered, counts)
+    if len(results) == 2:
+        (_, curve, _), (_, plain, _) = results
+        print("\nthe cost of encryption (specs/security.md SEC-8), CURVE / plain, same run:")
+        print(f"  request p50            {curve.p50 / plain.p50:6.2f}x")
+        print(f"  request p99            {curve.p99 / plain.p99:6.2f}x")
+        print(f"  64 outstanding         {curve.concurrent_rate / plain.concurrent_rate:6.2f}x")
+        print(f"  one-way sends          {curve.one_way_rate / plain.one_way_rate:6.2f}x")
     return None
 
 
@@ -556,7 +577,16 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="tiny counts, a smoke run")
     parser.add_argument("--profile", action="store_true", help="cProfile both processes")
     parser.add_argument(
-        "--serve", nargs=3, metavar=("DSN", "MESH", "CLIENT_RID"), help=argparse.SUPPRESS
+        "--security",
+        choices=sorted(SECURITY_MODES),
+        default="both",
+        help="transport_security of the two hosts (default: both, CURVE then plain)",
+    )
+    parser.add_argument(
+        "--serve",
+        nargs=4,
+        metavar=("DSN", "MESH", "CLIENT_RID", "SECURITY"),
+        help=argparse.SUPPRESS,
     )
     parser.add_argument("--profile-to", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -23,13 +23,16 @@ MEASURED = (
     "request p99",
     "64 outstanding",
     "one-way sends",
+    "transport_security='curve'",
+    "transport_security='none'",
+    "the cost of encryption",
 )
 
 
 @pytest.mark.spec("BENCH-1")
 def test_the_mesh_benchmark_forms_two_hosts_and_prints_every_figure(store_dsn: str) -> None:
     """A quick run over the session's store exits 0 and prints every measured line, each target
-    with its verdict."""
+    with its verdict, once for CURVE and once for plain hosts, and the cost of encryption."""
     done = subprocess.run(
         [sys.executable, str(BENCH), "--quick"],
         capture_output=True,
@@ -43,6 +46,6 @@ def test_the_mesh_benchmark_forms_two_hosts_and_prints_every_figure(store_dsn: s
         assert line in done.stdout, done.stdout
     for target in ("target <= 1.5x", "target <= 2x", "target >= 20000", "target >= 50000"):
         verdicts = [line for line in done.stdout.splitlines() if target in line]
-        assert 1 == len(verdicts), done.stdout
+        assert 2 == len(verdicts), done.stdout
         assert verdicts[0].endswith((": met", ": missed")), verdicts[0]
     assert "Traceback" not in done.stderr
