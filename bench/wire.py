@@ -8,7 +8,10 @@ same machine noise, the median time of one encode+decode round trip of
 - ``cbor2 dict`` / ``cbor2 list``: ``cbor2.loads(cbor2.dumps(...))`` of the same field values as a
   map keyed by field name, and as a bare array (the floor: no names, no types, no checks);
 - ``wire + payload`` and ``cbor2 nested``: the same, including the application message itself
-  (``MessageTypes`` encode/decode vs the message as a nested map).
+  (``MessageTypes`` encode/decode vs the message as a nested map);
+- ``local, as is`` and ``local, copied``: what a message to a Spot on the sender's own host costs
+  for one semantics with the wire (specs/messages.md): the immutable message passes its checks
+  as it is, and the same fields in a mutable class are encoded and decoded (``screen``).
 
 The reported ratio is wire / cbor2 dict (target: at most 1.5). A benchmark reports; it does not
 assert, so it always exits 0.
@@ -34,6 +37,16 @@ BATCHES = 50
 WARMUP_BATCHES = 3
 
 
+@attrs.define
+class Note:
+    """The same fields as ``Say`` in a mutable class: a local target gets a copy of it."""
+
+    room: str
+    author: str
+    text: str
+    seq: int
+
+
 @attrs.frozen
 class Say:
     """A small chat message: the kind of payload a request typically carries."""
@@ -47,6 +60,9 @@ class Say:
 def scenario() -> dict[str, Callable[[], object]]:
     types = MessageTypes()
     types.register("chat.Say", Say)
+    types.register("chat.Note", Note)
+    note = Note(room="room-42", author="alice", text="hello from the wire benchmark!", seq=12345)
+    limit = 4 * 1024 * 1024
     message = Say(room="room-42", author="alice", text="hello from the wire benchmark!", seq=12345)
     type_name, payload = types.encode(message)
     operation = OperationId.new()
@@ -89,6 +105,14 @@ def scenario() -> dict[str, Callable[[], object]]:
     def cbor2_nested() -> object:
         return cbor2.loads(cbor2.dumps(nested))
 
+    def local_as_is() -> object:
+        return types.copy(message, limit)
+
+    def local_copied() -> object:
+        return types.copy(note, limit)
+
+    assert local_as_is() is message
+    assert local_copied() == note
     assert request == wire()
     assert message == wire_and_payload()
     print(f"payload {len(payload)} bytes, header {len(encode(request)[0])} bytes")
@@ -98,6 +122,8 @@ def scenario() -> dict[str, Callable[[], object]]:
         "cbor2 list": cbor2_list,
         "wire + payload": wire_and_payload,
         "cbor2 nested": cbor2_nested,
+        "local, as is": local_as_is,
+        "local, copied": local_copied,
     }
 
 
