@@ -19,9 +19,19 @@ import attrs
 
 from zlink_trio.ids import NodeGeneration, NodeRid
 
-__all__ = ["CallId", "OperationId", "ReplyRouteId"]
+__all__ = ["CallId", "OperationId", "ReplyRouteId", "is_z85_key"]
 
 U64_MAX = 2**64 - 1
+
+_Z85 = frozenset(
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+)
+
+
+def is_z85_key(value: object) -> bool:
+    """Whether ``value`` is a CURVE key as text: 40 characters of the Z85 alphabet (the form
+    node records publish and ``HostConfig`` takes; specs/security.md)."""
+    return isinstance(value, str) and len(value) == 40 and set(value) <= _Z85
 
 
 def _check_u64(name: str, value: object, *, low: int) -> None:

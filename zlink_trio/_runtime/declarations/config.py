@@ -15,6 +15,7 @@ from pathlib import Path
 import attrs
 
 from zlink_trio._runtime.engines.workers import MAX_CPU_SLOTS
+from zlink_trio._wire.ids import is_z85_key
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import MeshName, NodeRid
 
@@ -89,16 +90,12 @@ def _check_message_bytes(value: object) -> None:
         )
 
 
-Z85_ALPHABET = frozenset(
-    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-)
-
-
 def check_curve_secret(value: object, where: str) -> str:
     """``value`` when it is a CURVE secret key in Z85 (40 characters); ``ValueError`` else,
     never quoting the key."""
-    if not isinstance(value, str) or len(value) != 40 or not set(value) <= Z85_ALPHABET:
+    if not is_z85_key(value):
         raise ValueError(f"{where} must be a CURVE secret key of 40 Z85 characters")
+    assert isinstance(value, str)  # is_z85_key said so
     return value
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 import cbor2
 
+from zlink_trio._wire.ids import is_z85_key
 from zlink_trio.ids import NodeGeneration, NodeRid, StableTypeName
 
 __all__ = [
@@ -83,13 +84,8 @@ def _check_load(_instance: object, _attribute: object, value: Any) -> None:
         raise ValueError(f"load must be in 0..{MAX_LOAD}, got {value}")
 
 
-_Z85 = frozenset(
-    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-)
-
-
 def _check_curve_key(_instance: object, _attribute: object, value: Any) -> None:
-    if not isinstance(value, str) or (value and (len(value) != 40 or not set(value) <= _Z85)):
+    if not isinstance(value, str) or (value and not is_z85_key(value)):
         raise ValueError(f"curve_key must be empty or a 40-character Z85 key, got {value!r}")
 
 
