@@ -29,7 +29,7 @@ MEASURED = (
 )
 
 
-@pytest.mark.spec("BENCH-1")
+@pytest.mark.spec("BENCH-1", "SEC-8")
 def test_the_mesh_benchmark_forms_two_hosts_and_prints_every_figure(store_dsn: str) -> None:
     """A quick run over the session's store exits 0 and prints every measured line, each target
     with its verdict, once for CURVE and once for plain hosts, and the cost of encryption."""
