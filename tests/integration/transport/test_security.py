@@ -47,6 +47,13 @@ def address(mesh: RouteMesh, secret: bytes) -> PeerAddress:
     )
 
 
+def held(mesh: RouteMesh) -> int:
+    """ZAP requests ``mesh`` holds for keys it does not know yet (its internals)."""
+    zap = mesh._sockets.zap
+    assert zap is not None
+    return zap.held()
+
+
 def dealer(endpoint: str, server_key: bytes, identity: bytes, secret: bytes) -> zmq.Socket[bytes]:
     """A DEALER outside the mesh, a CURVE client with the key pair of ``secret``."""
     socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
@@ -171,3 +178,42 @@ async def test_members_talk_encrypted_and_a_plain_peer_is_not_connected() -> Non
         finally:
             raw.close()
         assert [] == seen
+
+
+@pytest.mark.spec("SEC-2")
+async def test_a_peer_that_connects_before_it_is_known_is_accepted_once_it_is() -> None:
+    """b connects to a before a has b's key: its handshakes wait in a's ZAP handler and are
+    accepted when a learns b's key, and traffic flows both ways (without the hold, libzmq
+    never retried the refused connection). Repeated, so the answer given from another task
+    while the handler waits is exercised each time."""
+    for _ in range(5):
+        await connect_before_known()
+
+
+async def connect_before_known() -> None:
+    meshes: list[RouteMesh] = []
+    seen: list[Send] = []
+    secrets = [new_curve_secret(), new_curve_secret(), new_curve_secret()]
+    async with (
+        node("a", recording(lambda: meshes[0], seen), curve_secret_key=secrets[0]) as (a, _),
+        node("b", echo(lambda: meshes[1]), curve_secret_key=secrets[1]) as (b, _),
+        node("c", echo(lambda: meshes[2]), curve_secret_key=secrets[2]) as (c, _),
+    ):
+        meshes += [a, b, c]
+        b.add_peer(address(a, secrets[0]))
+        with trio.fail_after(10):
+            # Both of b's handshakes (application, completion) wait in a's handler.
+            await until(lambda: held(a) == 2)
+        a.add_peer(address(b, secrets[1]))  # answers them from this task
+        with trio.fail_after(15):
+            await until_up(a, "b")
+            await until_up(b, "a")
+            assert b"ab" == (await ask(a, "b", b"ab")).payload
+            assert b"ba" == (await ask(b, "a", b"ba")).payload
+        # The handler still hears new requests: c, known first this time, gets in at once.
+        a.add_peer(address(c, secrets[2]))
+        c.add_peer(address(a, secrets[0]))
+        with trio.fail_after(15):
+            await until_up(c, "a")
+            assert b"ca" == (await ask(c, "a", b"ca")).payload
+        assert 0 == a.drops[UNAUTHENTICATED]

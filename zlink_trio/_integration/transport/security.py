@@ -72,6 +72,9 @@ class ZapHandler:
         self._waiting: dict[bytes, list[tuple[float, list[bytes]]]] = {}
         """Binary key -> (refuse-at, request) of requests held for it."""
         self._logged: set[bytes] = set()
+        self._accepted: list[tuple[list[bytes], str]] = []
+        """Held requests whose key became a member's, for ``serve`` to answer."""
+        self._wake = trio.CancelScope()
         self._socket = context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.bind(ZAP_ENDPOINT)
@@ -82,8 +85,16 @@ class ZapHandler:
         self.forget(node_rid)  # a new run of the peer replaces its old key
         key = z85.decode(public_key)
         self._members[key] = node_rid
-        for _, request in self._waiting.pop(key, ()):
-            self._reply(request, node_rid)
+        held = self._waiting.pop(key, ())
+        if held:
+            # Answered by ``serve``, the socket's one owner (socket.py Rule 2): a send from
+            # this task could take the edge its wait needs and leave it asleep for good.
+            self._accepted.extend((request, node_rid) for _, request in held)
+            self._wake.cancel()
+
+    def held(self) -> int:
+        """How many requests wait for their key to become a member's (diagnostics, tests)."""
+        return sum(len(requests) for requests in self._waiting.values())
 
     def forget(self, node_rid: str) -> None:
         """Accept no new connection as ``node_rid`` (it left the mesh)."""
@@ -97,12 +108,17 @@ class ZapHandler:
         fd = socket.fileno()
         try:
             while True:
+                accepted, self._accepted = self._accepted, []
+                for request, rid in accepted:
+                    self._reply(request, rid)
                 try:
                     request = socket.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     self._refuse_overdue()
+                    if self._accepted:
+                        continue
                     if not cast(int, socket.get(zmq.EVENTS)) & zmq.POLLIN:  # socket.py Rule 1
-                        with trio.move_on_at(self._next_overdue()):
+                        with trio.CancelScope(deadline=self._next_overdue()) as self._wake:
                             await trio.lowlevel.wait_readable(fd)
                     continue
                 self._judge(request)
