@@ -181,12 +181,12 @@ class MeshSockets:
         """``frames``; ``PROTOCOL_ERROR`` for a frame over the frame limit, which the receiver
         would drop (TRN-27)."""
         limit = self._config.max_frame_bytes
-        for frame in frames:
-            if len(frame) > limit:
-                raise ZLinkError(
-                    ErrorKind.PROTOCOL_ERROR,
-                    f"a frame of {len(frame)} bytes is over the frame limit of {limit} bytes",
-                )
+        largest = max(map(len, frames))  # one C-level pass: this is on every send
+        if largest > limit:
+            raise ZLinkError(
+                ErrorKind.PROTOCOL_ERROR,
+                f"a frame of {largest} bytes is over the frame limit of {limit} bytes",
+            )
         return frames
 
     def send_heartbeats(self) -> None:
@@ -197,8 +197,7 @@ class MeshSockets:
 
     def close_routers(self) -> None:
         """Close both ROUTERs and the ZAP handler; their readers return (call once the links
-        are closed). The context ends in libzmq's own time: what the links admitted leaves
-        within their linger, and nothing here waits for it."""
+        are closed, then :meth:`end`)."""
         for socket in (self._application, self._completion):
             trio.lowlevel.notify_closing(socket.fileno())
             socket.close(linger=0)  # the ROUTERs only receive: nothing of ours is queued there

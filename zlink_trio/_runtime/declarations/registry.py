@@ -95,6 +95,12 @@ class Registry:
         """The declared Instance Spot types, in declaration order."""
         return [t for t in self.spot_types.values() if t.kind is SpotKind.INSTANCE]
 
+    def declared(self, name: StableTypeName) -> SpotType | ActorType | None:
+        """The Spot type (the Entry Spot's included) or Actor type declared as ``name``."""
+        if name == self.entry_type.name:
+            return self.entry_type
+        return self.spot_types.get(name) or self.actor_types.get(name)
+
     def is_message(self, cls: type) -> bool:
         """Whether ``cls`` is a declared message class."""
         try:

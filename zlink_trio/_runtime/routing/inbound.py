@@ -42,7 +42,7 @@ from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.backlog import Backlogs
 from zlink_trio._runtime.routing.credit import PAUSE, RESUME
-from zlink_trio._runtime.routing.local import InstanceChoice, resolve_spot
+from zlink_trio._runtime.routing.local import InstanceChoice, reply_failure, resolve_spot
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots import creation
@@ -279,15 +279,13 @@ class Inbound:
                     result, node.config.max_message_bytes
                 )
             except (TypeError, ValueError, ZLinkError) as error:
-                # A reply over the message limit is the caller's PROTOCOL_ERROR, as for a
-                # caller on this host (local.py reply_of).
-                kind, text = (
-                    (error.kind, error.message)
-                    if isinstance(error, ZLinkError)
-                    else (ErrorKind.INTERNAL_FAILURE, f"the reply cannot be encoded: {error}")
-                )
+                failure = reply_failure(error)  # as for a caller on this host (local.py)
                 answer = ErrorReply(
-                    request.reply_route, request.operation_id, origin.generation, kind, text
+                    request.reply_route,
+                    request.operation_id,
+                    origin.generation,
+                    failure.kind,
+                    failure.message,
                 )
             else:
                 answer = Reply(

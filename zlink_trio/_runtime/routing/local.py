@@ -25,7 +25,7 @@ import trio
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.declarations.handlers import HandlerKind
-from zlink_trio._runtime.declarations.registry import Handler, SpotType
+from zlink_trio._runtime.declarations.registry import ActorType, Handler, SpotType
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome, PendingCall, shutting_down
 from zlink_trio._runtime.node.node import LocalNode
@@ -81,7 +81,7 @@ def resolve_spot(
                 f"{spot_id} is a {current.kind.name} Spot of type {current.spot_type.name}",
             )
         if current.accepting:
-            return current, _handler_of(current.spot_type, message_type, kind)
+            return current, handler_of(current.spot_type, message_type, kind)
         if instance is None:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {spot_id} is closing")
         # A closing incarnation still holds the id: activate the next one after it.
@@ -95,7 +95,7 @@ def resolve_spot(
     if instance is None:
         raise ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {spot_id}")
     spot_type = _instance_type(node, instance)
-    handler = _handler_of(spot_type, message_type, kind)
+    handler = handler_of(spot_type, message_type, kind)
     activation = Activation(spots, spot_type, spot_id, None)
     # Registered before any checkpoint, so the caller's message is the first admitted.
     spots.activations[spot_id] = activation
@@ -110,14 +110,7 @@ def resolve_actor(
     actor = actors.actors.get(actor_id)
     if actor is None or not actor.accepting:
         raise ZLinkError(ErrorKind.NOT_FOUND, f"no Actor {actor_id}")
-    actor_type = actor.actor_type
-    handler = actor_type.handlers.get(message_type)
-    if handler is None or handler.kind is not kind:
-        raise ZLinkError(
-            ErrorKind.NOT_FOUND,
-            f"{actor_type.name} has no {kind.value} handler for {message_type.__qualname__}",
-        )
-    return actor, handler
+    return actor, handler_of(actor.actor_type, message_type, kind)
 
 
 def actor_context(
@@ -152,10 +145,8 @@ async def reply_of(
     if copy:
         try:
             reply = node.registry.messages.copy(reply, node.config.max_message_bytes)
-        except (TypeError, ValueError) as error:
-            raise ZLinkError(
-                ErrorKind.INTERNAL_FAILURE, f"the reply cannot be encoded: {error}"
-            ) from None
+        except (TypeError, ValueError, ZLinkError) as error:
+            raise reply_failure(error) from None
     if not isinstance(reply, reply_type):
         raise ZLinkError(
             ErrorKind.PROTOCOL_ERROR,
@@ -190,14 +181,24 @@ def deadline_error(spot_id: SpotId | None) -> ZLinkError:
     return ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"the request{target} timed out")
 
 
-def _handler_of(spot_type: SpotType, message_type: type, kind: HandlerKind) -> Handler:
-    handler = spot_type.handlers.get(message_type)
+def handler_of(declared: SpotType | ActorType, message_type: type, kind: HandlerKind) -> Handler:
+    """The ``kind`` handler of the Spot or Actor type ``declared`` for ``message_type``;
+    ``NOT_FOUND`` when it has none (the same answer for a target here or elsewhere, MSG-7)."""
+    handler = declared.handlers.get(message_type)
     if handler is None or handler.kind is not kind:
         raise ZLinkError(
             ErrorKind.NOT_FOUND,
-            f"{spot_type.name} has no {kind.value} handler for {message_type.__qualname__}",
+            f"{declared.name} has no {kind.value} handler for {message_type.__qualname__}",
         )
     return handler
+
+
+def reply_failure(error: Exception) -> ZLinkError:
+    """What the caller gets for a reply that cannot travel, on this host or another (MSG-2,
+    MSG-5): the limit's own ``PROTOCOL_ERROR``, else ``INTERNAL_FAILURE``."""
+    if isinstance(error, ZLinkError):
+        return error
+    return ZLinkError(ErrorKind.INTERNAL_FAILURE, f"the reply cannot be encoded: {error}")
 
 
 def _instance_type(node: LocalNode, choice: InstanceChoice) -> SpotType:

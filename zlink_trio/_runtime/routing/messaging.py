@@ -57,6 +57,7 @@ from zlink_trio._runtime.routing.local import (
     InstanceChoice,
     actor_context,
     deadline_error,
+    handler_of,
     job_permit,
     reply_of,
     resolve_actor,
@@ -241,22 +242,10 @@ class Messaging:
     def _check_handled(self, owner: Owner, message: object) -> None:
         """Rule 9: ``NOT_FOUND`` when the owner's record names a type this host declares too
         and that type has no packet handler for ``message``."""
-        name = owner.type_name
-        if name is None:
-            return
-        registry = self.node.registry
-        declared = registry.spot_types.get(name) or registry.actor_types.get(name)
-        if declared is None and registry.entry_type.name == name:
-            declared = registry.entry_type
-        if declared is None:
-            return
-        handler = declared.handlers.get(type(message))
-        if handler is None or handler.kind is not HandlerKind.PACKET:
-            raise ZLinkError(
-                ErrorKind.NOT_FOUND,
-                f"{name} has no {HandlerKind.PACKET.value} handler for "
-                f"{type(message).__qualname__}",
-            )
+        if owner.type_name is not None:
+            declared = self.node.registry.declared(owner.type_name)
+            if declared is not None:
+                handler_of(declared, type(message), HandlerKind.PACKET)
 
     @staticmethod
     def _type_of(instance: InstanceChoice | None) -> StableTypeName | None:
