@@ -1,4 +1,5 @@
-"""The change feed: notifications and the polling fallback (specs/store.md, STORE-25, STORE-26)."""
+"""The change feed: notifications and the polling fallback (specs/store.md, STORE-25, STORE-26,
+STORE-40)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ from zlink_trio._integration.store import (
     Stores,
     open_stores,
 )
-from zlink_trio._integration.store.notifications import MAX_PENDING_KEYS, ChangeFeed
+from zlink_trio._integration.store.notifications import (
+    MAX_PENDING_KEYS,
+    NOTICE_CHARS,
+    ChangeFeed,
+    pack,
+)
 
 
 async def _next_change_of(feed: ChangeSubscription, key: str) -> Changed:
@@ -166,3 +172,60 @@ async def test_a_lost_listener_reconnects_and_says_resync(stores: Stores, key_pr
         await stores.location.write(Batch([], [Put(key, b"1")]))
         with trio.fail_after(10):
             await _next_change_of(feed, key)
+
+
+@pytest.mark.spec("STORE-40")
+def test_keys_are_packed_into_few_payloads_under_the_limit() -> None:
+    """Packing keeps every key, in order, and no payload over the limit; a key of the largest
+    size fits alone, and 512 keys of a release batch take a handful of payloads."""
+    small = [f"m/mesh/spot/room-{number}".encode() for number in range(512)]
+    largest = "é".encode() * 512  # 1,024 bytes, the longest key
+    keys = [b"\x00nul", largest, *small, largest, largest, largest]
+    payloads = pack(keys)
+    assert all(len(payload) <= NOTICE_CHARS for payload in payloads)
+    assert [bytes.fromhex(part) for p in payloads for part in p.split(",")] == keys
+    assert len(pack(small)) <= 8
+    assert [] == pack([])
+
+
+@pytest.mark.spec("STORE-40")
+async def test_a_packed_payload_announces_each_key_and_a_bad_one_resyncs() -> None:
+    """A payload of several keys publishes every one; one that is not ours is a Resync."""
+    feed = ChangeFeed()
+    with feed.subscribe() as subscription:
+        feed._publish_payload(",".join(pack([b"a", b"b\x00", b"c"])[0].split(",")))
+        assert Changed(frozenset({"a", "b\u0000", "c"})) == await subscription.__anext__()
+        feed._publish_payload("6162,not hex")
+        assert Resync() == await subscription.__anext__()
+
+
+@pytest.mark.spec("STORE-40", "STORE-25")
+async def test_a_large_batch_is_announced_in_few_notifications(
+    store_dsn: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """600 keys written in one batch reach a subscriber, every one, in a few notifications."""
+    received: list[str] = []
+    publish = ChangeFeed._publish_payload
+
+    def counting(feed: ChangeFeed, payload: str) -> None:
+        received.append(payload)
+        publish(feed, payload)
+
+    monkeypatch.setattr(ChangeFeed, "_publish_payload", counting)
+    keys = {f"{key_prefix}{number:04d}" for number in range(600)}
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+        with stores.location.changes() as feed:
+            written = await stores.location.write(
+                Batch([], [Put(key, b"v") for key in sorted(keys)])
+            )
+            assert isinstance(written, Applied)
+            seen: set[str] = set()
+            with trio.fail_after(10):
+                async for event in feed:
+                    if isinstance(event, Changed):
+                        seen |= event.keys & keys
+                    if seen == keys:
+                        break
+    prefix = key_prefix.encode()
+    ours = [p for p in received if bytes.fromhex(p.split(",")[0]).startswith(prefix)]
+    assert 0 < len(ours) <= 10, len(ours)

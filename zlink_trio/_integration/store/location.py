@@ -25,7 +25,7 @@ from zlink_trio._integration.store.contract import (
     ScanPage,
     encode_text,
 )
-from zlink_trio._integration.store.notifications import ChangeFeed, ChangeSubscription
+from zlink_trio._integration.store.notifications import ChangeFeed, ChangeSubscription, pack
 from zlink_trio._integration.store.scans import ScanSnapshots
 
 
@@ -67,7 +67,7 @@ class LocationStore:
             "put_values": [item.value for item in puts],
             "put_retentions": [item.retention for item in puts],
             "delete_keys": delete_keys,
-            "changed_keys": put_keys + delete_keys,
+            "notices": pack(put_keys + delete_keys),
         }
         row = await self._database.fetch_one(location_sql.WRITE, values)
         store_now: datetime = row["store_now"]

@@ -23,6 +23,7 @@ from sqlalchemy import (
     BigInteger,
     Interval,
     LargeBinary,
+    Text,
     and_,
     any_,
     bindparam,
@@ -133,15 +134,15 @@ def _write() -> Statement:
         .cte("written")
     )
 
-    changed = (
-        func.unnest(bindparam("changed_keys", type_=ARRAY(LargeBinary)))
-        .table_valued(column("key", LargeBinary))
-        .render_derived(name="changed")
+    # The changed keys, packed by the caller into a few payloads (notifications.py ``pack``).
+    notices = (
+        func.unnest(bindparam("notices", type_=ARRAY(Text)))
+        .table_valued(column("payload", Text))
+        .render_derived(name="notices")
     )
     notified = (
-        # Hex, because a key may hold U+0000, which a notification payload (text) cannot carry.
-        select(func.pg_notify(_CHANNEL, func.encode(changed.c.key, literal_column("'hex'"))))
-        .select_from(changed)
+        select(func.pg_notify(_CHANNEL, notices.c.payload))
+        .select_from(notices)
         .where(failed.is_(None))
         .cte("notified")
     )

@@ -1,8 +1,11 @@
 """The change feed: LISTEN/NOTIFY hints fanned out to Trio subscribers (specs/store.md,
 STORE-25, STORE-26).
 
-Every committed batch notifies one message per written or deleted key, as the hex of its
-bytes (the WRITE statement does it, so the notification commits with the batch). A dedicated
+Every committed batch notifies every written or deleted key, as the hex of its bytes (the
+WRITE statement does it, so the notification commits with the batch). Keys are packed, comma
+separated, into as few notifications as fit under PostgreSQL's payload limit (``pack``,
+STORE-40): a batch of 512 releases is a handful of notifications, not 512, and each one costs
+every listening host a wake-up of its store loop and of every subscriber. A dedicated
 connection listens and each subscriber gets ``Changed(keys)`` soon after. The feed only
 shortens discovery: a subscriber is told ``Resync`` whenever hints may have been lost (the
 listener connected or reconnected, the subscriber fell far behind) and, with notifications
@@ -21,8 +24,30 @@ from zlink_trio._integration.store.contract import Changed, Resync
 from zlink_trio._integration.store.schema import NOTIFY_CHANNEL
 from zlink_trio.errors import ZLinkError
 
+NOTICE_CHARS = 6_000
+"""Longest packed notification we send; PostgreSQL refuses a payload of 8,000 bytes or more, and
+one key is at most 2,048 hex characters (1,024 bytes)."""
+
 MAX_PENDING_KEYS = 10_000
 """A subscriber further behind than this many distinct keys is told ``Resync`` instead."""
+
+
+def pack(keys: list[bytes]) -> list[str]:
+    """The notification payloads that announce ``keys``: their hex (a key may hold U+0000, which
+    a payload cannot carry), comma separated, each payload at most ``NOTICE_CHARS`` long."""
+    payloads: list[str] = []
+    parts: list[str] = []
+    length = 0
+    for key in keys:
+        part = key.hex()
+        if parts and length + 1 + len(part) > NOTICE_CHARS:
+            payloads.append(",".join(parts))
+            parts, length = [], 0
+        length += len(part) + (1 if parts else 0)
+        parts.append(part)
+    if parts:
+        payloads.append(",".join(parts))
+    return payloads
 
 
 class ChangeSubscription:
@@ -98,13 +123,14 @@ class ChangeFeed:
             subscription._add_key(key)
 
     def _publish_payload(self, payload: str) -> None:
-        # The WRITE statement sends each key as the hex of its UTF-8 bytes.
+        # The WRITE statement sends keys as the hex of their UTF-8 bytes, packed by ``pack``.
         try:
-            key = bytes.fromhex(payload).decode("utf-8")
+            keys = [bytes.fromhex(part).decode("utf-8") for part in payload.split(",")]
         except ValueError:
             self.publish_resync()  # not one of ours; re-reading everything is always safe
             return
-        self.publish_key(key)
+        for key in keys:
+            self.publish_key(key)
 
     def publish_resync(self) -> None:
         """Tell every subscriber that changes may have been missed."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from zlink_trio._runtime.application.contexts import ActorContext, SpotContext
+from zlink_trio._runtime.declarations.handlers import does_nothing
 from zlink_trio._runtime.declarations.values import (
     ActorCreateResponse,
     ActorJoinCompletion,
@@ -37,6 +38,7 @@ class _SpotBase:
     async def on_initialize(self) -> None:
         """Runs once before the first message; the default does nothing."""
 
+    @does_nothing
     async def on_closing(self, closing: SpotClosingContext) -> None:
         """Runs once when the activation closes; the default does nothing."""
 

@@ -17,6 +17,8 @@ import attrs
 
 __all__ = [
     "HandlerKind",
+    "does_nothing",
+    "is_default",
     "HandlerMark",
     "mark_of",
     "packet_handler",
@@ -31,6 +33,20 @@ _MARK = "__zlink_handler__"
 _TIMER_MARK = "__zlink_timer_handler__"
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+_DEFAULT_MARK = "__zlink_does_nothing__"
+
+
+def does_nothing(function: F) -> F:
+    """Mark a base class's lifecycle callback as the default that does nothing, so the runtime
+    may skip the turn that would only run it (e.g. ``on_closing`` at shutdown)."""
+    setattr(function, _DEFAULT_MARK, True)
+    return function
+
+
+def is_default(callback: object) -> bool:
+    """Whether ``callback`` (looked up on the class) is a default marked by ``does_nothing``."""
+    return getattr(callback, _DEFAULT_MARK, False) is True
 
 
 class HandlerKind(enum.Enum):

@@ -187,14 +187,16 @@ class TaskTree:
                 activation.begin_close(SpotCloseReason.HOST_SHUTDOWN, deadline, drain=False)
             # The closing deadline bounds on_closing; the store release after it gets as long.
             with trio.move_on_at(deadline + node.config.store_release_timeout):
-                for actor in actors:
-                    await actor.closed.wait()
-                for activation in closing:
-                    await activation.closed.wait()
+                # Waiting on an Event that is already set is still a checkpoint, one pass of the
+                # scheduler each: with 10,000 Spots that alone was ~0.4 s, so skip those.
+                for event in [a.closed for a in actors] + [a.closed for a in closing]:
+                    if not event.is_set():
+                        await event.wait()
                 # Creations whose claim was in flight at the seal give it back before the store
                 # closes (creation.py Rule 3 of spots and Rule 5 of actors).
                 for creating in [*self.spots.creating.values(), *self.actors.creating.values()]:
-                    await creating.wait()
+                    if not creating.is_set():
+                        await creating.wait()
             self._close_activations.set()
             await self._activations_closed.wait()
             # Every activation has released its record through the batcher: let it finish.
