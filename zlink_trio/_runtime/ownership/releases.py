@@ -1,14 +1,11 @@
 """Releasing authority records in conditional batches: group commit (issue 11, item 9;
 specs/shutdown.md SHUT-4.15).
 
-Rule 1: one flusher, many waiters. A release is queued and its caller waits for its own result;
-the flusher takes everything queued (up to ``BATCH_LIMIT`` records) and deletes it in one
-all-or-nothing conditional batch, each record on the version its incarnation holds. Up to
-``IN_FLIGHT`` batches are written at once and the next one gathers meanwhile, so ten thousand
-Spots closing at shutdown cost a few dozen store commits instead of ten thousand, a single
-release still costs one, and the host wakes one batch's waiters while the server deletes the
-next. Batches in flight together need no order between them: a record's next incarnation can
-only be claimed once this one's record is gone, so two versions of one key are never both live.
+Rule 1: one writer, many waiters. A release is queued and its caller waits for its own result;
+the one flusher task takes everything queued (up to ``BATCH_LIMIT`` records) and deletes it in
+one all-or-nothing conditional batch, each record on the version its incarnation holds. While a
+batch is in flight the next one gathers, so ten thousand Spots closing at shutdown cost a few
+dozen store commits instead of ten thousand, and a single release still costs one.
 Rule 2: a conflict is settled one by one. When any record of a batch is no longer at the
 version its incarnation holds, the batch changes nothing, and each of its records is released
 on its own, so one record that is not ours never keeps the others.
@@ -28,13 +25,10 @@ import trio
 from zlink_trio._integration.store import Applied, Batch, Delete, IfVersion, LocationStore
 from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["BATCH_LIMIT", "IN_FLIGHT", "ReleaseBatcher"]
+__all__ = ["BATCH_LIMIT", "ReleaseBatcher"]
 
 BATCH_LIMIT = 512
 """Most records one release batch deletes; well inside the store's 2,048 keys and 4 MiB."""
-
-IN_FLIGHT = 2
-"""Most release batches written at once (Rule 1); measured on 10,000 Spots (bench/shutdown.py)."""
 
 
 class _Pending:
@@ -88,34 +82,24 @@ class ReleaseBatcher:
         """The flusher: batches of what is queued, one at a time, until ``close()``."""
         self._running = True
         task_status.started()
-        in_flight: list[list[_Pending]] = []
-        slots = trio.Semaphore(IN_FLIGHT)
-
-        async def write(batch: list[_Pending]) -> None:
-            try:
-                await self._write(batch)
-            finally:
-                in_flight.remove(batch)
-                slots.release()
-
+        batch: list[_Pending] = []
         try:
-            async with self._receive, trio.open_nursery() as writers:
+            async with self._receive:
                 async for first in self._receive:
                     batch = [first]
-                    in_flight.append(batch)  # owned here until its writer starts
-                    await slots.acquire()
                     while len(batch) < BATCH_LIMIT:
                         try:
                             batch.append(self._receive.receive_nowait())
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
-                    writers.start_soon(write, batch)
+                    await self._write(batch)
+                    batch = []
         finally:
             self._running = False
             # Cut short (the host nursery was cancelled): nobody may wait for a result that
             # will not come, and what was in flight has an unknown outcome (Rule 3).
             cut = ZLinkError(ErrorKind.UNAVAILABLE, "the release was cut short")
-            for pending in [*(p for batch in in_flight for p in batch), *_drain(self._receive)]:
+            for pending in [*batch, *_drain(self._receive)]:
                 if not pending.done.is_set():
                     pending.finish(cut)
 
