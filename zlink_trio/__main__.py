@@ -208,7 +208,9 @@ def _store_retire(dsn: str | None, mesh: MeshName, silence: float | None) -> int
         return 1
     say(
         f"retired mesh {mesh.value}: {counted['node records']} node record(s), "
-        f"{counted['mesh keys']} key(s) under the mesh, {counted['actor keys']} Actor key(s)"
+        f"{counted['mesh keys']} key(s) under the mesh, {counted['actor records']} Actor "
+        f"record(s), {counted['actor counters deleted']} Actor counter(s) deleted, "
+        f"{counted['actor counters rewritten']} rewritten"
     )
     return 0
 

@@ -9,6 +9,11 @@ It reads three kinds of record and writes nothing:
 Every scan pages with its cursor on one snapshot and starts again when the snapshot expired. A
 record that does not decode is listed as undecodable with its key: one bad writer must not hide
 the rest of the store (INSPECT-3). Other keys under a mesh (generation counters) are not shown.
+
+Records are shown with their store version, not with a lease: node and authority records carry
+no expiry (DEC-22). A live node rewrites its record on every renewal, so its version moves
+between two inspections a renewal apart while a silent node's stays (what peers and ``store
+retire`` watch); one inspection alone cannot tell them apart, and does not pretend to.
 """
 
 from __future__ import annotations
@@ -54,8 +59,8 @@ class Undecodable:
 class NodeRow:
     key: str
     record: NodeRecord
-    lease_remaining: float | None
-    """Seconds until the record's lease expires, on the store clock; ``None`` when durable."""
+    version: int
+    """The record's store version: every renewal of a live node writes a new one."""
 
 
 @attrs.frozen
@@ -63,7 +68,7 @@ class AuthorityRow:
     key: str
     object_id: str
     record: SpotRecord
-    lease_remaining: float | None
+    version: int
 
 
 @attrs.frozen
@@ -89,12 +94,6 @@ def _one_line(error: BaseException) -> str:
     return text or type(error).__name__
 
 
-def _remaining(record: Record, store_now: datetime) -> float | None:
-    if record.expires_at is None:
-        return None
-    return (record.expires_at - store_now).total_seconds()
-
-
 async def scan_all(stores: Stores, prefix: str) -> tuple[list[Record], datetime | None]:
     """Every live record under ``prefix`` from one snapshot, with that snapshot's clock."""
     for _attempt in range(SCAN_RESTARTS):
@@ -113,37 +112,33 @@ async def scan_all(stores: Stores, prefix: str) -> tuple[list[Record], datetime 
     raise InspectError(f"the scan of {prefix!r} kept expiring; try again")
 
 
-def _node_row(record: Record, store_now: datetime) -> NodeRow | Undecodable:
+def _node_row(record: Record) -> NodeRow | Undecodable:
     try:
         decoded = NodeRecord.decode(record.value)
     except Exception as error:  # a bad record of any shape is reported, never raised
         return Undecodable(record.key, _one_line(error))
-    return NodeRow(record.key, decoded, _remaining(record, store_now))
+    return NodeRow(record.key, decoded, record.version)
 
 
-def _authority_row(
-    record: Record, object_id: str, store_now: datetime
-) -> AuthorityRow | Undecodable:
+def _authority_row(record: Record, object_id: str) -> AuthorityRow | Undecodable:
     try:
         decoded = SpotRecord.decode(record.value)
     except Exception as error:  # cbor2 and the id types raise several unrelated types
         return Undecodable(record.key, _one_line(error))
-    return AuthorityRow(record.key, object_id, decoded, _remaining(record, store_now))
+    return AuthorityRow(record.key, object_id, decoded, record.version)
 
 
-def _file_mesh_record(
-    meshes: dict[str, MeshView], mesh: str, rest: str, record: Record, store_now: datetime
-) -> None:
+def _file_mesh_record(meshes: dict[str, MeshView], mesh: str, rest: str, record: Record) -> None:
     view = meshes.setdefault(mesh, MeshView(mesh))
     kind, _, name = rest.partition("/")
     if kind == "node" and name:
-        node = _node_row(record, store_now)
+        node = _node_row(record)
         if isinstance(node, Undecodable):
             view.undecodable.append(node)
         else:
             view.nodes.append(node)
     elif kind == "spot" and name:
-        spot = _authority_row(record, name, store_now)
+        spot = _authority_row(record, name)
         if isinstance(spot, Undecodable):
             view.undecodable.append(spot)
         else:
@@ -158,17 +153,15 @@ async def _read(stores: Stores, mesh: MeshName | None) -> Snapshot:
     if mesh is not None:
         meshes[mesh.value] = MeshView(mesh.value)
     for record in mesh_records:
-        assert mesh_now is not None  # a page with records has a clock
         if mesh is None:
             name, _, rest = record.key[len(MESH_PREFIX) :].partition("/")
         else:
             name, rest = mesh.value, record.key[len(prefix) :]
-        _file_mesh_record(meshes, name, rest, record, mesh_now)
+        _file_mesh_record(meshes, name, rest, record)
     actors: list[AuthorityRow] = []
     actor_undecodable: list[Undecodable] = []
     for record in actor_records:
-        assert actor_now is not None
-        actor = _authority_row(record, record.key[len(ACTOR_PREFIX) :], actor_now)
+        actor = _authority_row(record, record.key[len(ACTOR_PREFIX) :])
         if isinstance(actor, Undecodable):
             actor_undecodable.append(actor)
         else:
@@ -220,10 +213,6 @@ def _kind_name(kind: SpotKind) -> str:
     return "actor" if kind is SpotKind.INVALID else kind.name.lower()
 
 
-def _lease(seconds: float | None) -> str:
-    return "durable" if seconds is None else f"lease {seconds:.1f}s"
-
-
 def _node_json(row: NodeRow) -> dict[str, object]:
     record = row.record
     return {
@@ -235,7 +224,7 @@ def _node_json(row: NodeRow) -> dict[str, object]:
         "completion_endpoint": record.completion_endpoint,
         "types": [name.value for name in record.types],
         "load": record.load,
-        "lease_remaining": row.lease_remaining,
+        "version": row.version,
     }
 
 
@@ -250,7 +239,7 @@ def _authority_json(row: AuthorityRow, id_field: str) -> dict[str, object]:
         "state": record.state,
         "owner": record.owner.value,
         "owner_generation": str(record.owner_generation.value),
-        "lease_remaining": row.lease_remaining,
+        "version": row.version,
     }
 
 
@@ -281,7 +270,7 @@ def _authority_line(row: AuthorityRow) -> str:
     return (
         f"{row.object_id}  generation {record.generation.value}  {_kind_name(record.kind)} "
         f"{record.type_name.value}  {record.state}  owner {record.owner.value} "
-        f"(node generation {record.owner_generation.value})  {_lease(row.lease_remaining)}"
+        f"(node generation {record.owner_generation.value})  version {row.version}"
     )
 
 
@@ -307,7 +296,7 @@ def render_text(snapshot: Snapshot) -> str:
             record = node.record
             lines.append(
                 f"    {record.rid.value}  generation {record.generation.value}  {record.state}  "
-                f"load {record.load}  {_lease(node.lease_remaining)}"
+                f"load {record.load}  version {node.version}"
             )
             lines.append(
                 f"      application {record.application_endpoint or '-'}  "

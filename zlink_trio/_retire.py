@@ -1,5 +1,5 @@
 """``zlink-trio store retire --mesh NAME``: delete every record of a mesh that has no live node
-(specs/inspect.md RETIRE-1..RETIRE-4; specs/decisions.md DEC-21).
+(specs/inspect.md RETIRE-1..RETIRE-3; specs/decisions.md DEC-21).
 
 Rule 1: only a dead mesh is retired. The node records of the mesh are watched for ``silence``
 seconds on the database clock (the default is the default lease and its margin, DEC-22); a
@@ -7,11 +7,15 @@ record that changes, or one that appears, means a node of the mesh is alive and 
 deleted. A record that stayed silent is deleted on the version seen, so a node renewing at the
 last moment stops the retirement instead of losing its record.
 Rule 2: what belongs to the mesh goes. Every key under ``m/<mesh>/`` (Spot records and the
-generation counters that outlive them) and every Actor record that names the mesh, with that
-Actor id's generation counter. An Actor counter without a record names no mesh, so it is kept:
-Actor ids are unique across the store, and the counter may belong to a mesh still in use.
-Rule 3: progress is shown. Each stage prints what it found and deleted, in batches of at most
-500 keys, so a large mesh shows it is moving.
+generation counters that outlive them) and every Actor record that names the mesh. Actor ids
+are unique across the store, so an Actor's counter (``authority.GenerationCounter``) lists every
+mesh that ever claimed the id: a counter the mesh alone used is deleted, one other meshes used
+too is rewritten without the mesh (they still rely on its generations, ID-6.12), and one in the
+plain int form, written before counters said their meshes, is kept. Actor records and counters
+change only on the version read, so a claim racing the retirement wins and the command fails
+("changed while retiring") instead of deleting a live record or lowering a counter.
+Rule 3: progress is shown. Each stage prints what it found, then what it deleted or rewrote, in
+batches of at most 500 keys, so a large mesh shows it is moving.
 """
 
 from __future__ import annotations
@@ -26,14 +30,14 @@ from zlink_trio._integration.store import (
     Applied,
     Batch,
     Delete,
-    Found,
     IfVersion,
+    Put,
     Record,
     Stores,
     open_stores,
 )
 from zlink_trio._integration.store.config import describe_dsn
-from zlink_trio._runtime.ownership.authority import SpotRecord
+from zlink_trio._runtime.ownership.authority import GenerationCounter, SpotRecord
 from zlink_trio.errors import ConfigurationError, ZLinkError
 from zlink_trio.ids import MeshName
 
@@ -80,22 +84,63 @@ async def _wait_for_silence(
     return first
 
 
-async def _delete(
-    stores: Stores, keys: list[str], conditions: dict[str, int], say: Callable[[str], None]
+Change = tuple[IfVersion | None, Put | Delete]
+"""One write of the retirement: the condition it needs, if any, and the put or delete."""
+
+
+async def _apply(
+    stores: Stores, changes: list[Change], verb: str, say: Callable[[str], None]
 ) -> int:
+    """Write ``changes`` in batches of ``_BATCH``; a condition that fails stops everything."""
     done = 0
-    for start in range(0, len(keys), _BATCH):
-        chunk = keys[start : start + _BATCH]
+    for start in range(0, len(changes), _BATCH):
+        chunk = changes[start : start + _BATCH]
         batch = Batch(
-            [IfVersion(key, conditions[key]) for key in chunk if key in conditions],
-            [Delete(key) for key in chunk],
+            [condition for condition, _ in chunk if condition is not None],
+            [operation for _, operation in chunk],
         )
         written = await stores.location.write(batch)
         if not isinstance(written, Applied):
             raise RetireError(f"{written.condition.key} changed while retiring; nothing more done")
         done += len(chunk)
-        say(f"  deleted {done}/{len(keys)}")
+        say(f"  {verb} {done}/{len(changes)}")
     return done
+
+
+async def _actor_records(stores: Stores, mesh: MeshName) -> list[Change]:
+    """The deletions of the Actor records that name ``mesh``, each on the version read."""
+    changes: list[Change] = []
+    for record in await _scan(stores, "actor/"):
+        try:
+            owner = SpotRecord.decode(record.value)
+        except Exception:  # a record of another shape names no mesh of ours
+            continue
+        if owner.mesh == mesh:
+            changes.append((IfVersion(record.key, record.version), Delete(record.key)))
+    return changes
+
+
+async def _actor_counters(stores: Stores, mesh: MeshName) -> tuple[list[Change], list[Change]]:
+    """The Actor counters that list ``mesh``: deletions of those it alone used and rewrites
+    without it of the others, each on the version read (Rule 2). A counter of unknown meshes
+    (the plain int form) or one that does not decode is kept."""
+    deleted: list[Change] = []
+    rewritten: list[Change] = []
+    for record in await _scan(stores, "actor-generation/"):
+        try:
+            counter = GenerationCounter.decode(record.value)
+        except Exception:  # cbor2 and MeshName raise several types; what we cannot read stays
+            continue
+        if counter.meshes is None or mesh not in counter.meshes:
+            continue
+        condition = IfVersion(record.key, record.version)
+        others = counter.meshes - {mesh}
+        if others:
+            kept = GenerationCounter(counter.last, others)
+            rewritten.append((condition, Put(record.key, kept.encode())))
+        else:
+            deleted.append((condition, Delete(record.key)))
+    return deleted, rewritten
 
 
 async def _retire(
@@ -108,25 +153,25 @@ async def _retire(
         joined = sorted(k for k in keys if k.startswith(f"{prefix}node/") and k not in nodes)
         if joined:
             raise RetireError(f"a node joined the mesh while retiring ({', '.join(joined)})")
-        actor_keys: list[str] = []
-        for record in await _scan(stores, "actor/"):
-            try:
-                owner = SpotRecord.decode(record.value)
-            except Exception:  # a record of another shape names no mesh of ours
-                continue
-            if owner.mesh == mesh:
-                actor_id = record.key[len("actor/") :]
-                actor_keys += [record.key, f"actor-generation/{actor_id}"]
-        for key in list(actor_keys[1::2]):
-            if not isinstance(await stores.location.read(key), Found):
-                actor_keys.remove(key)
-        say(f"deleting {len(keys)} key(s) of mesh {mesh.value} and {len(actor_keys)} of its Actors")
-        await _delete(stores, keys, nodes, say)
-        await _delete(stores, actor_keys, {}, say)
+        mesh_keys: list[Change] = [
+            (IfVersion(key, nodes[key]) if key in nodes else None, Delete(key)) for key in keys
+        ]
+        records = await _actor_records(stores, mesh)
+        counters_deleted, counters_rewritten = await _actor_counters(stores, mesh)
+        say(
+            f"deleting {len(keys)} key(s) of mesh {mesh.value}, {len(records)} Actor record(s) "
+            f"naming it and {len(counters_deleted)} Actor counter(s) only it used; rewriting "
+            f"{len(counters_rewritten)} Actor counter(s) other meshes use too"
+        )
+        await _apply(stores, mesh_keys, "deleted", say)
+        await _apply(stores, records + counters_deleted, "deleted", say)
+        await _apply(stores, counters_rewritten, "rewrote", say)
         return {
             "node records": len(nodes),
             "mesh keys": len(keys),
-            "actor keys": len(actor_keys),
+            "actor records": len(records),
+            "actor counters deleted": len(counters_deleted),
+            "actor counters rewritten": len(counters_rewritten),
         }
 
 

@@ -22,7 +22,9 @@ from zlink_trio._integration.store import (
     DSN_VARIABLE,
     Applied,
     Batch,
+    Found,
     IfMissing,
+    IfVersion,
     Put,
     StoreConfig,
     open_stores,
@@ -59,6 +61,8 @@ class Seen:
     actor_id: str
     actor_generation: int
     node: NodeRecord
+    node_version: int
+    spot_version: int
 
 
 def _environ_without_dsn() -> dict[str, str]:
@@ -79,13 +83,23 @@ async def run_cli(
         )
 
 
-async def put_raw(store_dsn: str, key: str, value: bytes) -> None:
-    """Write ``value`` at ``key`` with a short retention, as a peer or a bad writer would."""
+async def put_raw(store_dsn: str, key: str, value: bytes, version: int | None = None) -> int:
+    """Write ``value`` at ``key`` with a short retention, as a peer or a bad writer would: new,
+    or over ``version`` as a renewal does; the version written."""
+    condition = IfMissing(key) if version is None else IfVersion(key, version)
     async with open_stores(StoreConfig(dsn=store_dsn, notifications=False)) as stores:
         result = await stores.location.write(
-            Batch([IfMissing(key)], [Put(key, value, retention=timedelta(seconds=30))])
+            Batch([condition], [Put(key, value, retention=timedelta(seconds=30))])
         )
     assert isinstance(result, Applied), result
+    return result.versions[0]
+
+
+async def version_of(store_dsn: str, key: str) -> int:
+    async with open_stores(StoreConfig(dsn=store_dsn, notifications=False)) as stores:
+        found = await stores.location.read(key)
+    assert isinstance(found, Found), key
+    return found.version
 
 
 @asynccontextmanager
@@ -105,7 +119,7 @@ async def populated(store_dsn: str) -> AsyncIterator[Seen]:
             (StableTypeName("inspect.Room"),),
             3,
         )
-        await put_raw(store_dsn, f"m/{mesh}/node/hand-written-node", node.encode())
+        node_version = await put_raw(store_dsn, f"m/{mesh}/node/hand-written-node", node.encode())
         yield Seen(
             mesh,
             host,
@@ -113,6 +127,8 @@ async def populated(store_dsn: str) -> AsyncIterator[Seen]:
             actor_id,
             actor.actor_ref.object_generation.value,
             node,
+            node_version,
+            await version_of(store_dsn, f"m/{mesh}/spot/room-1"),
         )
 
 
@@ -122,8 +138,9 @@ def _text(done: subprocess.CompletedProcess[bytes]) -> tuple[str, str]:
 
 @pytest.mark.spec("INSPECT-1", "INSPECT-2")
 async def test_inspect_lists_nodes_spots_and_actors(store_dsn: str) -> None:
-    """The text listing names the node record (generation, state, endpoints, load, lease), the
-    Spot (id, generation, kind, type, owner RID) and the Actor (kind printed as ``actor``)."""
+    """The text listing names the node record (generation, state, endpoints, load, version), the
+    Spot (id, generation, kind, type, owner RID, version) and the Actor (kind printed as
+    ``actor``)."""
     async with populated(store_dsn) as seen:
         done = await run_cli("store", "inspect", "--dsn", store_dsn, "--mesh", seen.mesh)
         out, err = _text(done)
@@ -134,12 +151,13 @@ async def test_inspect_lists_nodes_spots_and_actors(store_dsn: str) -> None:
         assert f"generation {NODE_GENERATION}" in node_line
         assert "serving" in node_line
         assert "load 3" in node_line
-        assert "lease " in node_line
+        assert f"version {seen.node_version}" in node_line
         assert "application tcp://127.0.0.1:7001  completion tcp://127.0.0.1:7002" in out
         spot_line = next(line for line in out.splitlines() if line.strip().startswith("room-1"))
         assert f"generation {seen.spot_generation}" in spot_line
         assert "user inspect.Room" in spot_line
         assert f"owner {owner}" in spot_line
+        assert spot_line.endswith(f"version {seen.spot_version}")
         actor_line = next(line for line in out.splitlines() if seen.actor_id in line)
         assert f"generation {seen.actor_generation}" in actor_line
         assert "actor inspect.User" in actor_line
@@ -168,8 +186,8 @@ async def test_inspect_json_holds_the_fields_with_generations_as_strings(store_d
             "completion_endpoint": "tcp://127.0.0.1:7002",
             "types": ["inspect.Room"],
             "load": 3,
-        } == {name: value for name, value in node.items() if name != "lease_remaining"}
-        assert 0 < node["lease_remaining"] <= 30
+            "version": seen.node_version,
+        } == node
         [spot] = [spot for spot in mesh["spots"] if spot["spot_id"] == "room-1"]
         assert str(seen.spot_generation) == spot["generation"]
         assert "user" == spot["kind"]
@@ -177,6 +195,7 @@ async def test_inspect_json_holds_the_fields_with_generations_as_strings(store_d
         assert seen.host.node_rid.value == spot["owner"]
         assert isinstance(spot["owner_generation"], str)
         assert int(spot["owner_generation"]) > 0
+        assert seen.spot_version == spot["version"]
         [actor] = [actor for actor in document["actors"] if actor["actor_id"] == seen.actor_id]
         assert f"actor/{seen.actor_id}" == actor["key"]
         assert str(seen.actor_generation) == actor["generation"]
@@ -283,31 +302,35 @@ async def test_bad_arguments_are_usage_errors(args: tuple[str, ...]) -> None:
 
 
 @pytest.mark.spec("INSPECT-1")
-async def test_the_lease_left_is_measured_on_the_store_clock(store_dsn: str) -> None:
-    """With the database's now() an hour behind the machine's (a schema on the search path
-    shadows it), a record that expires 30 s after it was written shows about an hour and 30 s
-    left: inspect measures on the scan's store clock, not on the machine's."""
+async def test_a_node_record_shows_the_version_each_renewal_moves(store_dsn: str) -> None:
+    """A node record is shown with its store version and no lease; rewritten on its version as
+    a renewal does, the next inspection shows the new version. A running host's own record is
+    listed the same way."""
     mesh = f"inspect-{uuid.uuid4().hex[:8]}"
-    node = NodeRecord(NodeRid("clocked"), NodeGeneration(NODE_GENERATION))
-    await put_raw(store_dsn, f"m/{mesh}/node/clocked", node.encode())
-    schema = "clock_" + uuid.uuid4().hex[:12]
-    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
-        setup = await stores.database.begin(isolation="read_committed")
-        await setup.execute(f"CREATE SCHEMA {schema}")
-        await setup.execute(
-            f"CREATE FUNCTION {schema}.now() RETURNS timestamptz LANGUAGE sql STABLE "
-            "AS $$ SELECT pg_catalog.now() - interval '1 hour' $$"
-        )
-        await setup.commit()
-        try:
-            separator = "&" if "?" in store_dsn else "?"
-            behind = f"{store_dsn}{separator}search_path=public,{schema},pg_catalog"
-            done = await run_cli("store", "inspect", "--dsn", behind, "--mesh", mesh, "--json")
-        finally:
-            cleanup = await stores.database.begin(isolation="read_committed")
-            await cleanup.execute(f"DROP SCHEMA {schema} CASCADE")
-            await cleanup.commit()
-    out, err = _text(done)
-    assert 0 == done.returncode, err
-    [row] = json.loads(out)["meshes"][mesh]["nodes"]
-    assert 3600 < row["lease_remaining"] <= 3630
+    key = f"m/{mesh}/node/renewing"
+    node = NodeRecord(NodeRid("renewing"), NodeGeneration(NODE_GENERATION))
+
+    async def node_line() -> str:
+        done = await run_cli("store", "inspect", "--dsn", store_dsn, "--mesh", mesh)
+        out, err = _text(done)
+        assert 0 == done.returncode, err
+        return next(line for line in out.splitlines() if "renewing" in line)
+
+    first = await put_raw(store_dsn, key, node.encode())
+    line = await node_line()
+    assert line.endswith(f"load 0  version {first}")
+    renewed = await put_raw(store_dsn, key, node.encode(), version=first)
+    assert renewed != first
+    assert (await node_line()).endswith(f"load 0  version {renewed}")
+
+    config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn)
+    async with zl.open_host(app, config) as host:
+        own_key = f"m/{mesh}/node/{host.node_rid.value}"
+        before = await version_of(store_dsn, own_key)
+        done = await run_cli("store", "inspect", "--dsn", store_dsn, "--mesh", mesh, "--json")
+        after = await version_of(store_dsn, own_key)
+        assert 0 == done.returncode, done.stderr.decode()
+        rows = json.loads(done.stdout)["meshes"][mesh]["nodes"]
+        [own] = [row for row in rows if row["key"] == own_key]
+        assert "lease_remaining" not in own
+        assert before <= own["version"] <= after  # renewals may write between the reads

@@ -29,7 +29,13 @@ from zlink_trio._integration.store import (
     Stores,
     open_stores,
 )
-from zlink_trio._runtime.ownership.authority import Claim, Held, SpotAuthority, SpotRecord
+from zlink_trio._runtime.ownership.authority import (
+    Claim,
+    GenerationCounter,
+    Held,
+    SpotAuthority,
+    SpotRecord,
+)
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio.ids import (
     ActorId,
@@ -197,11 +203,12 @@ async def test_a_claim_writes_the_record_and_the_counter_and_the_next_one_grows(
     assert second.record == await alpha.authority.read(spot)
 
 
+@pytest.mark.spec("DEC-21")
 async def test_an_actor_claim_uses_the_store_wide_actor_keys(
     stores: Stores, mesh: MeshName
 ) -> None:
     """Actor ids are unique across the store: their record and counter carry no mesh prefix,
-    and the record names the owner's mesh."""
+    the record names the owner's mesh and the counter lists it next to the last generation."""
     alpha = Node(stores.location, mesh, "alpha")
     actor = ActorId(f"actor-{uuid.uuid4().hex[:8]}")
     claim = await claimed(alpha, actor, SpotKind.INVALID)
@@ -209,8 +216,84 @@ async def test_an_actor_claim_uses_the_store_wide_actor_keys(
     assert claim.version == record.version
     assert mesh == SpotRecord.decode(record.value).mesh
     counter = await found(stores.location, f"actor-generation/{actor.value}")
-    assert 1 == cbor2.loads(counter.value)
+    assert {"g": 1, "meshes": [mesh.value]} == cbor2.loads(counter.value)
     assert isinstance(await stores.location.read(f"m/{mesh.value}/spot/{actor.value}"), Missing)
+
+
+@pytest.mark.spec("ID-6.12", "DEC-21")
+async def test_an_actor_id_claimed_again_in_another_mesh_grows_and_lists_both_meshes(
+    stores: Stores, mesh: MeshName
+) -> None:
+    """An Actor id released in one mesh and claimed in another gets the next generation, and
+    the counter lists both meshes; a claim of the first mesh racing a claim of the second (its
+    write conflicts on the counter) retries with the generation after it and keeps both."""
+    other = MeshName(f"t-{uuid.uuid4().hex[:12]}")
+    alpha, wrapper = interposed(stores, mesh, "alpha")
+    beta = Node(stores.location, other, "beta")
+    actor = ActorId(f"actor-{uuid.uuid4().hex[:8]}")
+    key = f"actor-generation/{actor.value}"
+    assert await alpha.authority.release(await claimed(alpha, actor, SpotKind.INVALID))
+    second = await claimed(beta, actor, SpotKind.INVALID)
+    assert ObjectGeneration(2) == second.record.generation
+    both = sorted([mesh.value, other.value])
+    assert {"g": 2, "meshes": both} == cbor2.loads((await found(stores.location, key)).value)
+    assert await beta.authority.release(second)
+
+    async def beta_comes_and_goes() -> None:
+        assert await beta.authority.release(await claimed(beta, actor, SpotKind.INVALID))
+
+    wrapper.before_write = beta_comes_and_goes
+    fourth = await claimed(alpha, actor, SpotKind.INVALID)
+    assert ObjectGeneration(4) == fourth.record.generation
+    assert {"g": 4, "meshes": both} == cbor2.loads((await found(stores.location, key)).value)
+
+
+@pytest.mark.spec("ID-6.12", "DEC-21")
+async def test_a_plain_actor_counter_keeps_its_form_and_grows(
+    stores: Stores, mesh: MeshName
+) -> None:
+    """A counter in the plain int form (written before counters listed their meshes) has
+    unknown meshes: a claim gives the generation after it and writes a plain int again, so no
+    mesh is ever taken for its only user."""
+    alpha = Node(stores.location, mesh, "alpha")
+    actor = ActorId(f"actor-{uuid.uuid4().hex[:8]}")
+    key = f"actor-generation/{actor.value}"
+    written = await stores.location.write(Batch([IfMissing(key)], [Put(key, cbor2.dumps(6))]))
+    assert isinstance(written, Applied)
+    claim = await claimed(alpha, actor, SpotKind.INVALID)
+    assert ObjectGeneration(7) == claim.record.generation
+    assert 7 == cbor2.loads((await found(stores.location, key)).value)
+
+
+@pytest.mark.spec("DEC-21")
+@pytest.mark.parametrize(
+    "value",
+    [
+        cbor2.dumps(-1),
+        cbor2.dumps(True),
+        cbor2.dumps("3"),
+        cbor2.dumps({"g": 3}),
+        cbor2.dumps({"g": 3, "meshes": "east"}),
+        cbor2.dumps({"g": 3, "meshes": [7]}),
+        cbor2.dumps({"g": "3", "meshes": ["east"]}),
+        cbor2.dumps({"meshes": ["east"]}),
+    ],
+)
+def test_a_counter_of_another_shape_does_not_decode(value: bytes) -> None:
+    """Only the two documented forms decode: a bad writer's counter is never read as a
+    generation or a set of meshes."""
+    with pytest.raises(ValueError):
+        GenerationCounter.decode(value)
+
+
+def test_the_two_counter_forms_decode_and_encode_back() -> None:
+    """A plain int has unknown meshes and stays plain; a map gives its generation and meshes."""
+    plain = GenerationCounter.decode(cbor2.dumps(5))
+    assert GenerationCounter(5, None) == plain
+    assert 5 == cbor2.loads(plain.encode())
+    listed = GenerationCounter.decode(cbor2.dumps({"g": 5, "meshes": ["west", "east"]}))
+    assert GenerationCounter(5, frozenset({MeshName("east"), MeshName("west")})) == listed
+    assert {"g": 5, "meshes": ["east", "west"]} == cbor2.loads(listed.encode())
 
 
 @pytest.mark.spec("SPOT-15")

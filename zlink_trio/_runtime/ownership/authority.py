@@ -11,13 +11,20 @@ Key layout, all under one prefix per mesh so meshes sharing a database never mee
     actor/<actor id>                an Actor's authority record; Actor ids are unique across
     actor-generation/<actor id>     the whole store, not per mesh (ACT-2), so these keys carry
                                     no mesh prefix; the record's kind is ``INVALID`` (not a Spot)
-                                    and its mesh is the mesh of its owner
+                                    and its mesh is the mesh of its owner; the counter is a CBOR
+                                    map {"g": last generation, "meshes": [every mesh that ever
+                                    claimed the id]} (a plain CBOR int: written before counters
+                                    said their meshes, so its meshes are unknown; DEC-21)
 
 Rule 1: one winner per id. A claim writes the authority record with ``IfMissing`` and bumps the
 generation counter (``IfMissing`` or ``IfVersion`` on the counter) in the same batch: of two
 racing claimers exactly one commits, and the loser sees the winner's record (SPOT-15).
-Rule 2: generations only grow. The counter is never deleted, so an id created again after its
-incarnation ended gets a larger generation than every earlier one (ID-6.12).
+Rule 2: generations only grow. The counter is never deleted while a mesh that claimed the id
+lives, so an id created again after its incarnation ended gets a larger generation than every
+earlier one (ID-6.12). An Actor's claim adds its own mesh to the counter's meshes in the same
+batch, so ``store retire`` of one mesh can tell the counters only that mesh used (deleted) from
+those another mesh still relies on (kept without the retired mesh); a counter of unknown meshes
+stays one, so retire keeps it for good (``GenerationCounter``; DEC-21, RETIRE-2).
 Rule 3: changes are conditional on the version the owner wrote, so a stale owner can never
 overwrite or delete a newer incarnation's record.
 Rule 4: a store call that was cancelled has an unknown outcome (DEC-17); the runtime settles it by
@@ -65,7 +72,7 @@ from zlink_trio.ids import (
     StableTypeName,
 )
 
-__all__ = ["Claim", "Held", "SpotAuthority", "SpotRecord"]
+__all__ = ["Claim", "GenerationCounter", "Held", "SpotAuthority", "SpotRecord"]
 
 _log = logging.getLogger("zlink_trio.runtime.authority")
 
@@ -118,6 +125,46 @@ class SpotRecord:
             data["state"],
             MeshName(data["mesh"]) if "mesh" in data else None,
         )
+
+
+@attrs.frozen
+class GenerationCounter:
+    """The value at a generation counter's key (Rule 2): the last generation issued for the id
+    and, for an Actor id, the set of meshes that ever claimed it.
+
+    ``meshes`` is ``None`` for the plain CBOR int form: every Spot counter (its key names its
+    mesh) and an Actor counter written before counters said their meshes (unknown meshes).
+    """
+
+    last: int
+    meshes: frozenset[MeshName] | None = None
+
+    def encode(self) -> bytes:
+        """The CBOR bytes stored at the counter's key."""
+        if self.meshes is None:
+            return cbor2.dumps(self.last)
+        return cbor2.dumps({"g": self.last, "meshes": sorted(m.value for m in self.meshes)})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> GenerationCounter:
+        """Read either form; ``ValueError`` for anything else."""
+        data = cbor2.loads(raw)
+        meshes: frozenset[MeshName] | None = None
+        if isinstance(data, dict):
+            names = data.get("meshes")
+            if not isinstance(names, list) or not all(type(name) is str for name in names):
+                raise ValueError(f"a generation counter's meshes are a list of names: {names!r}")
+            meshes = frozenset(MeshName(name) for name in names)
+            data = data.get("g")
+        if type(data) is not int or data < 0:
+            raise ValueError(f"a generation counter holds a generation, not {data!r}")
+        return cls(data, meshes)
+
+    def claimed_in(self, mesh: MeshName) -> GenerationCounter:
+        """The counter after one more claim from ``mesh``: the next generation, and ``mesh``
+        among the meshes unless they are unknown (a plain counter stays plain)."""
+        meshes = None if self.meshes is None else self.meshes | {mesh}
+        return GenerationCounter(self.last + 1, meshes)
 
 
 @attrs.frozen
@@ -188,17 +235,21 @@ class SpotAuthority:
                     return Held(holder)
                 _log.info("taking over %s from %s, which is not live", spot_id, holder.owner)
                 held = IfVersion(record_key, current.version)
-            counter = await self._store.read(generation_key)
-            if isinstance(counter, Found):
-                last = int(cbor2.loads(counter.value))
-                counted: IfMissing | IfVersion = IfVersion(generation_key, counter.version)
+            found = await self._store.read(generation_key)
+            if isinstance(found, Found):
+                counter = GenerationCounter.decode(found.value)
+                counted: IfMissing | IfVersion = IfVersion(generation_key, found.version)
             else:
-                last = 0
+                # A Spot's counter stays a plain int (its key names the mesh); an Actor's says
+                # its meshes from the first claim on (Rule 2).
+                actor = isinstance(spot_id, ActorId)
+                counter = GenerationCounter(0, frozenset() if actor else None)
                 counted = IfMissing(generation_key)
+            counter = counter.claimed_in(self._mesh)
             record = SpotRecord(
                 self._node_rid,
                 self._node_generation,
-                ObjectGeneration(last + 1),
+                ObjectGeneration(counter.last),
                 kind,
                 type_name,
                 ACTIVATING,
@@ -207,7 +258,7 @@ class SpotAuthority:
             written = await self._store.write(
                 Batch(
                     [held, counted],
-                    [Put(record_key, record.encode()), Put(generation_key, cbor2.dumps(last + 1))],
+                    [Put(record_key, record.encode()), Put(generation_key, counter.encode())],
                 )
             )
             if isinstance(written, Applied):
