@@ -2,10 +2,10 @@
 
 The attacked host runs in a process of its own (``security_child.py``); this process runs a
 legitimate member of the mesh and, beside it, raw ZeroMQ sockets that know everything the store
-publishes: the owner's endpoint and public key, the member's RID, generation and routing id.
-Before transport security, both kinds of stranger had their notes handled (and the borrowed
-routing id black-holed the member); now neither gets anything handled and the member's traffic
-is complete.
+publishes: the owner's endpoint and public key, the member's RID, generation and its run's
+routing identity (before SEC-7 its links' routing id). Before transport security, both kinds of
+stranger had their notes handled (and the borrowed routing id black-holed the member); now
+neither gets anything handled and the member's traffic is complete.
 """
 
 from __future__ import annotations

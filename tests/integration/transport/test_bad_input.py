@@ -11,7 +11,13 @@ import trio
 import zmq
 
 from tests.integration.transport.conftest import ask, connect, echo, node, numbered, until
-from zlink_trio._integration.transport import OVERSIZED, PeerRun, RouteMesh, routing_identity
+from zlink_trio._integration.transport import (
+    OVERSIZED,
+    PeerRun,
+    RouteMesh,
+    link_identity,
+    routing_identity,
+)
 from zlink_trio._wire import (
     PROTOCOL_VERSION,
     ConnectionRole,
@@ -68,27 +74,30 @@ async def test_peer_of_another_mesh_is_refused_and_never_served() -> None:
 
 @pytest.mark.spec("TRN-2", "TRN-4")
 async def test_hello_must_come_from_its_own_routing_identity_and_current_run() -> None:
-    """A Hello from a foreign routing id, or of a replaced run, opens nothing and is counted."""
+    """A Hello from a foreign routing id, or from the run's routing identity without a link part,
+    or of a replaced run, opens nothing and is counted."""
     async with node("a") as (a, inbox):
         first, second = NodeGeneration.new(), NodeGeneration.new()
         endpoint = a.application_endpoint
         sockets = [
             raw_dealer(endpoint, b"Zforeign-identity"),
+            raw_dealer(endpoint, link_identity(NodeRid("x"), first)),
+            raw_dealer(endpoint, link_identity(NodeRid("x"), second)),
             raw_dealer(endpoint, routing_identity(NodeRid("x"), first)),
-            raw_dealer(endpoint, routing_identity(NodeRid("x"), second)),
         ]
         try:
             with trio.fail_after(10):
-                sockets[0].send_multipart(hello("x", first))
-                sockets[0].send_multipart(encode(numbered(0)))
-                await until(lambda: a.drops[PEER_MISMATCH] == 1 and a.drops[NOT_OPENED] == 1)
+                for refused in (sockets[0], sockets[3]):
+                    refused.send_multipart(hello("x", first))
+                    refused.send_multipart(encode(numbered(0)))
+                await until(lambda: a.drops[PEER_MISMATCH] == 2 and a.drops[NOT_OPENED] == 2)
                 sockets[1].send_multipart(hello("x", first))
                 await until(lambda: a.is_up(NodeRid("x")) is not None)
                 sockets[2].send_multipart(hello("x", second))  # x restarted
                 await until(lambda: a.is_up(NodeRid("x")).generation == second)  # type: ignore[union-attr]  # up above
                 sockets[1].send_multipart(hello("x", first))  # the replaced run again
                 sockets[1].send_multipart(encode(numbered(1)))
-                await until(lambda: a.drops[NOT_OPENED] == 2)
+                await until(lambda: a.drops[NOT_OPENED] == 3)
                 sockets[2].send_multipart(encode(numbered(2)))
                 await inbox.wait_for(1)
         finally:
@@ -112,7 +121,7 @@ async def test_garbage_is_counted_and_dropped_while_other_peers_keep_working() -
         meshes.append(a)
         await connect(a, b)
         stranger = raw_dealer(a.application_endpoint)
-        opened = raw_dealer(a.application_endpoint, routing_identity(NodeRid("y"), generation))
+        opened = raw_dealer(a.application_endpoint, link_identity(NodeRid("y"), generation))
         stream = zmq.Context.instance().socket(zmq.STREAM)
         stream.setsockopt(zmq.LINGER, 0)
         stream.setsockopt(zmq.CONNECT_ROUTING_ID, b"raw")

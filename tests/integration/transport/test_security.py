@@ -1,8 +1,9 @@
 """Peers authenticate with CURVE: strangers and borrowed routing ids are refused, members talk
-(specs/security.md SEC-2..SEC-4; security.py Rules 1-4). Real meshes on 127.0.0.1."""
+(specs/security.md SEC-2..SEC-4, SEC-7; security.py Rules 1-4). Real meshes on 127.0.0.1."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -66,9 +67,10 @@ def dealer(endpoint: str, server_key: bytes, identity: bytes, secret: bytes) -> 
     return socket
 
 
-def hello(mesh: RouteMesh, rid: NodeRid) -> list[bytes]:
+def hello(
+    mesh: RouteMesh, rid: NodeRid, role: ConnectionRole = ConnectionRole.APPLICATION
+) -> list[bytes]:
     generation = mesh.config.generation
-    role = ConnectionRole.APPLICATION
     return encode(Hello(PROTOCOL_VERSION, MeshName("test-mesh"), rid, generation, role))
 
 
@@ -142,9 +144,69 @@ async def test_a_member_that_borrows_another_members_routing_id_is_dropped() -> 
                 await until(lambda: a.drops[PEER_MISMATCH] >= 1)
         finally:
             impostor.close()
-        # The impostor's connection displaced b's at a's ROUTER (routing id handover): SEC-7 is
-        # pending for that; here only that nothing of it was heard as b.
+        # Here only that nothing of it was heard as b; that b's own traffic goes on is SEC-7's.
         assert [] == seen
+
+
+@pytest.mark.spec("SEC-7")
+async def test_a_member_cannot_displace_another_members_connection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Members b and c are up at a. With c's key, connections to both of a's ROUTERs claim b's
+    routing id: b's run identity alone (all a member can compute from the store) and with a
+    guessed link part, each with b's Hello and a note. a drops each as a peer mismatch and logs
+    it, and b's sends and requests to a, and a's requests to b (answered on b's completion link),
+    all go on, each within its deadline. When a link's routing id was its run identity,
+    ROUTER_HANDOVER gave b's id to c and b's next request to a timed out."""
+    meshes: list[RouteMesh] = []
+    seen: list[Send] = []
+    keys = {name: new_curve_secret() for name in "abc"}
+    async with (
+        node("a", recording(lambda: meshes[0], seen), curve_secret_key=keys["a"]) as (a, _),
+        node("b", echo(lambda: meshes[1]), curve_secret_key=keys["b"]) as (b, _),
+        node("c", curve_secret_key=keys["c"]) as (c, _),
+    ):
+        meshes += [a, b]
+        for peer, name in ((b, "b"), (c, "c")):
+            a.add_peer(address(peer, keys[name]))
+            peer.add_peer(address(a, keys["a"]))
+        with trio.fail_after(10):
+            await until_up(a, "b")
+            await until_up(a, "c")
+            await until_up(b, "a")
+            # b's links to a are connected and carry traffic before anyone intrudes.
+            assert b"before" == (await ask(b, "a", b"before")).payload
+            assert b"before" == (await ask(a, "b", b"before")).payload
+        run = routing_identity(NodeRid("b"), b.config.generation)
+        claims = [run, run + bytes(16), run + secrets.token_bytes(16)]
+        roles = (
+            (a.application_endpoint, ConnectionRole.APPLICATION),
+            (a.completion_endpoint, ConnectionRole.COMPLETION),
+        )
+        intruders = [
+            (dealer(endpoint, curve_public(keys["a"]), claim, keys["c"]), role)
+            for endpoint, role in roles
+            for claim in claims
+        ]
+        try:
+            for intruder, role in intruders:
+                intruder.send_multipart(hello(b, NodeRid("b"), role))
+                intruder.send_multipart(encode(numbered(3000)))
+            with trio.fail_after(30):
+                # Each Hello is read once its connection is in a's ROUTER: a handover is done.
+                await until(lambda: a.drops[PEER_MISMATCH] >= len(intruders))
+            with trio.fail_after(60):
+                for number in range(20):
+                    await b.send(NodeRid("a"), numbered(number))
+                    payload = number.to_bytes(8, "big")
+                    assert payload == (await ask(b, "a", payload, timeout=5)).payload
+                    assert payload == (await ask(a, "b", payload, timeout=5)).payload
+        finally:
+            for intruder, _role in intruders:
+                intruder.close()
+        assert [numbered(number) for number in range(20)] == seen  # none of c's notes as b
+        logged = [record.getMessage() for record in caplog.records]
+        assert any("peer-mismatch" in text and "authenticated as c" in text for text in logged)
 
 
 @pytest.mark.spec("SEC-1")

@@ -1,4 +1,4 @@
-"""Routing identity, Trio and the sockets, the transport's surface (TRN-1, TRN-8, TRN-9)."""
+"""Routing ids, Trio and the sockets, the transport's surface (TRN-1, TRN-8, TRN-9)."""
 
 from __future__ import annotations
 
@@ -11,22 +11,28 @@ import trio.testing
 
 import zlink_trio._integration.transport as transport
 from tests.integration.transport.conftest import connect, node, numbered
-from zlink_trio._integration.transport import RouteMesh, routing_identity
+from zlink_trio._integration.transport import RouteMesh, link_identity, routing_identity
 from zlink_trio.ids import NodeGeneration, NodeRid
 
 
 @pytest.mark.spec("TRN-1")
-def test_routing_identity_has_one_bytes_form_per_run() -> None:
-    """The routing id is bytes of at most 255, not zero-led, equal exactly for the same run."""
+def test_routing_identity_has_one_bytes_form_per_run_and_each_link_its_own_id() -> None:
+    """The run's routing identity is not zero-led and equal exactly for the same run; each link's
+    routing id is bytes of at most 255: that identity and 16 random bytes, new for every link."""
     generation = NodeGeneration(7)
     longest = NodeRid("é" * 127)
     identity = routing_identity(longest, generation)
     assert type(identity) is bytes
-    assert len(identity) <= 255
     assert identity[0] != 0
     assert identity == routing_identity(NodeRid("é" * 127), NodeGeneration(7))
     assert identity != routing_identity(longest, NodeGeneration(8))
     assert identity != routing_identity(NodeRid("e"), generation)
+    links = {link_identity(longest, generation) for _ in range(1_000)}
+    assert 1_000 == len(links)
+    for link in links:
+        assert type(link) is bytes
+        assert len(link) == len(identity) + 16 <= 255
+        assert link.startswith(identity)
 
 
 @pytest.mark.spec("TRN-8")

@@ -12,7 +12,8 @@ appears in this surface.
 - ``inbound``: handshake, judging and dropping of what arrives on a bound ROUTER.
 - ``liveness``: routes to peer runs, heard / lost.
 - ``pending``: the pending-reply table.
-- ``routes`` / ``config``: routing identity, route events; configuration values.
+- ``routes`` / ``config``: routing identity and link routing ids, route events; configuration
+  values.
 """
 
 from zlink_trio._integration.transport.config import MeshConfig, PeerAddress
@@ -28,6 +29,7 @@ from zlink_trio._integration.transport.routes import (
     RouteChange,
     RouteLost,
     RouteUp,
+    link_identity,
     routing_identity,
 )
 from zlink_trio._integration.transport.security import (
@@ -49,6 +51,7 @@ __all__ = [
     "RouteUp",
     "UNAUTHENTICATED",
     "curve_public",
+    "link_identity",
     "new_curve_secret",
     "open_route_mesh",
     "routing_identity",

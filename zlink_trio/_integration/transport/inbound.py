@@ -8,11 +8,13 @@ everything else, counted by reason in the mesh's ``drops`` counter and logged wi
 Theory of operation. A connection is known by its ZeroMQ routing id. An unknown routing id is
 listened to for one thing only, a Hello, and keeps no state until that Hello passes: the
 ``PeerProtocol`` of its node and role checks protocol version, mesh and role, and the routing id
-must be exactly :func:`routing_identity` of the Hello's RID and generation. Only then is the
-connection remembered, bound to the run it opened. Later messages go through the same
-``PeerProtocol`` (role, stale replies) and are delivered only while their run is the route's
-current run, so nothing of a replaced or refused run is ever served. Nothing here raises on bad
-input: a reader that raised would stop serving every other peer.
+must be a link routing id of the Hello's RID and generation (:func:`names_run`). Only then is the
+connection remembered, bound to the run it opened; a peer node has one link per role, so a
+connection it opens replaces the one it opened before (a link made anew), whose leftovers are then
+unknown. Later messages go through the same ``PeerProtocol`` (role, stale replies) and are
+delivered only while their run is the route's current run, so nothing of a replaced or refused run
+is ever served. Nothing here raises on bad input: a reader that raised would stop serving every
+other peer.
 
 The application ROUTER delivers with :meth:`InboundConnections.receive`, awaiting the layer
 above (its backpressure); the completion ROUTER settles replies with
@@ -27,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from zlink_trio._integration.transport.liveness import Route
-from zlink_trio._integration.transport.routes import PeerRun, routing_identity
+from zlink_trio._integration.transport.routes import PeerRun, loggable, names_run
 from zlink_trio._wire import (
     ConnectionRole,
     ErrorReply,
@@ -99,14 +101,18 @@ class InboundConnections:
         self._deliver = deliver
         self._settle = settle
         self._connections: dict[bytes, _Connection] = {}
+        self._opened_by: dict[NodeRid, bytes] = {}
+        """The routing id of the connection each peer node opened last: its one link here."""
         self._protocols: dict[NodeRid, PeerProtocol] = {}
         self._accepted: tuple[type, ...] = (
             (Send, Request) if role is ConnectionRole.APPLICATION else (Reply, ErrorReply)
         )
 
     def forget(self, run: PeerRun) -> None:
-        """Drop the connections of ``run`` (it was replaced): its frames are unknown from now."""
-        self._connections.pop(routing_identity(run.node_rid, run.generation), None)
+        """Drop the connection of ``run`` (it was replaced): its frames are unknown from now."""
+        identity = self._opened_by.get(run.node_rid)
+        if identity is not None and self._connections[identity].run == run:
+            del self._connections[identity], self._opened_by[run.node_rid]
 
     async def receive(self, frames: list[bytes], user: str | None = None) -> None:
         """Judge one multipart message from the ROUTER (routing id first) and deliver or drop it.
@@ -158,9 +164,9 @@ class InboundConnections:
                 route.heard = True
         elif type(verdict) is Refused:
             self._drop(identity, verdict.reason.value, verdict.detail)
-        else:  # PeerOpened / PeerRestarted: a Hello again, e.g. from a link made anew
+        else:  # PeerOpened / PeerRestarted: a Hello again on an open connection
             assert isinstance(verdict, PeerOpened | PeerRestarted)  # all other verdicts are above
-            if identity != routing_identity(verdict.node_rid, verdict.generation):
+            if not names_run(identity, verdict.node_rid, verdict.generation):
                 detail = "a Hello of another run on an open connection"
                 self._drop(identity, RefusalReason.PEER_MISMATCH.value, detail)
                 return None
@@ -185,8 +191,8 @@ class InboundConnections:
             detail = f"a connection authenticated as {user} says it is {rid}"
             self._drop(identity, RefusalReason.PEER_MISMATCH.value, detail)
             return
-        if identity != routing_identity(rid, generation):
-            detail = f"routing id is not the one of {rid} run {generation!r}"
+        if not names_run(identity, rid, generation):
+            detail = f"routing id is not one of {rid} run {generation!r}"
             self._drop(identity, RefusalReason.PEER_MISMATCH.value, detail)
             return
         protocol = self._protocols.get(rid)
@@ -209,6 +215,10 @@ class InboundConnections:
         if run is None:
             self._drop(identity, RefusalReason.STALE_GENERATION.value, "a replaced run")
             return
+        replaced = self._opened_by.get(rid)
+        if replaced is not None:  # its link made anew: what the old one left is not served
+            self._connections.pop(replaced, None)
+        self._opened_by[rid] = identity
         self._connections[identity] = _Connection(protocol, run)
 
     def _drop(self, identity: bytes, reason: str, detail: str) -> None:
@@ -218,7 +228,7 @@ class InboundConnections:
         if count & (count - 1) == 0:  # log the 1st, 2nd, 4th, 8th...: bounded under a flood
             logger.warning(
                 "dropped a message from peer %r on the %s connection (%s, %d so far): %s",
-                identity,
+                loggable(identity),  # not a link's random part (SEC-7)
                 self._role.name.lower(),
                 reason,
                 count,

@@ -1,5 +1,5 @@
-"""The RouteMesh's ZeroMQ sockets: its two bound ROUTERs and a DEALER pair per peer (TRN-2,
-TRN-5..7, TRN-9, TRN-17, TRN-18, TRN-24).
+"""The RouteMesh's ZeroMQ sockets: its two bound ROUTERs and a DEALER pair per peer (TRN-1,
+TRN-2, TRN-5..7, TRN-9, TRN-17, TRN-18, TRN-24, TRN-28, SEC-7).
 
 :class:`MeshSockets` makes, configures, starts and closes every socket of one RouteMesh; no other
 module of the mesh creates a socket or sets a socket option. The mesh (``mesh.py``) decides when
@@ -21,6 +21,16 @@ true as long as any other peer has room, so a sender waiting for *its* peer coul
 guess. A lost run's links are closed without linger and replaced by fresh ones with a fresh Hello
 (:meth:`MeshSockets.renew`), so nothing queued for a lost run reaches a later one (TRN-18).
 
+Routing ids and handover (TRN-1, TRN-28, SEC-7). Each DEALER gets a routing id of its own,
+:func:`link_identity`: the run's routing identity and 16 random bytes, drawn whenever a link is
+made (also by ``renew``). The ROUTERs keep ``ROUTER_HANDOVER``: when libzmq reconnects a DEALER
+after its connection dropped, it comes back with the same routing id, possibly while our ROUTER
+still holds the old connection (a connection's end waits until the reader has read what it left,
+so a reader held by backpressure keeps it), and only handover lets the new connection in; without
+it libzmq parks the new connection, unread, for good, and neither side is told. Handover would let
+anyone who names a live link's routing id take it over, so no one but the link's two ends can
+name it: the random part travels only in the link's own handshake, encrypted under CURVE.
+
 The mesh reads the peers' links through :attr:`MeshSockets.links`, a live read-only view of the
 one table (its send path costs a single dict lookup), and changes the table only through the
 methods here. Nothing here calls into the mesh: the readers' handlers are passed to
@@ -37,7 +47,7 @@ import trio
 import zmq
 
 from zlink_trio._integration.transport.config import MeshConfig, PeerAddress
-from zlink_trio._integration.transport.routes import routing_identity
+from zlink_trio._integration.transport.routes import link_identity
 from zlink_trio._integration.transport.security import ZapHandler, curve_public
 from zlink_trio._integration.transport.socket import OutboundLink, read_messages, read_replies
 from zlink_trio._wire import PROTOCOL_VERSION, ConnectionRole, Heartbeat, Hello, encode
@@ -83,7 +93,6 @@ class MeshSockets:
         self.zap: ZapHandler | None = None
         if secret is not None:
             self.zap = ZapHandler(self._context, drops)
-        self._identity = routing_identity(config.node_rid, config.generation)
         self._links: dict[NodeRid, PeerLinks] = {}
         self._nursery: trio.Nursery | None = None
         self._waits_ended: tuple[ErrorKind, str] | None = None
@@ -214,7 +223,8 @@ class MeshSockets:
     def _bind(self, endpoint: str, receive_hwm: int) -> zmq.Socket[bytes]:
         socket = self._context.socket(zmq.ROUTER)
         try:
-            socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a link made anew keeps its routing id
+            # A DEALER that libzmq reconnects keeps its routing id (see the module's docstring).
+            socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
             socket.setsockopt(zmq.RCVHWM, receive_hwm)
             # libzmq drops the connection of a peer whose frame exceeds this hard guard; a frame
             # between the configured limit and the guard is counted and dropped (inbound.py).
@@ -241,7 +251,8 @@ class MeshSockets:
             (address.completion_endpoint, 0, ConnectionRole.COMPLETION),
         ):
             socket = self._context.socket(zmq.DEALER)
-            socket.setsockopt(zmq.ROUTING_ID, self._identity)
+            # A routing id of this link's own, unknown to anyone but its peer (SEC-7).
+            socket.setsockopt(zmq.ROUTING_ID, link_identity(config.node_rid, config.generation))
             socket.setsockopt(zmq.SNDHWM, hwm)
             socket.setsockopt(zmq.LINGER, int(config.linger * 1000))
             if self._curve is not None:

@@ -1,4 +1,4 @@
-"""Peers authenticate: libzmq's CURVE security and a ZAP handler (specs/security.md SEC-1..SEC-6).
+"""Peers authenticate: libzmq's CURVE security and a ZAP handler (specs/security.md SEC-1..SEC-7).
 
 With a CURVE secret key in the mesh's configuration, every connection of the mesh is encrypted
 and authenticated:
@@ -14,7 +14,9 @@ node's record to arrive (a peer may see this node before this node sees it), the
 status 400), counted and logged (the first refusal of each key).
 Rule 3: an accepted connection speaks only for its own node: the readers compare each message's
 User-Id with the node the connection said it was in its Hello (``inbound.py``), so a member that
-borrows another member's routing id is dropped and logged, not heard as the other.
+borrows another member's routing id is dropped and logged, not heard as the other. Nor can it take
+the other's connection over at the ROUTER: a link's routing id ends in random bytes that only the
+link's two ends know (``links.py``, SEC-7).
 Rule 4: every DEALER is a CURVE client of the peer's published public key, so this node also knows
 it talks to the node the store names, and nothing travels in clear.
 """
