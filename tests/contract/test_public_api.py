@@ -138,4 +138,9 @@ def test_internal_packages_are_private() -> None:
     public = {
         info.name for info in pkgutil.iter_modules([str(package)]) if not info.name.startswith("_")
     }
-    assert {"errors", "ids", "options"} == public
+    assert {"errors", "ids", "options", "testing"} == public
+    testing = importlib.import_module("zlink_trio.testing")
+    for name in testing.__all__:
+        value = getattr(testing, name)
+        assert value.__doc__, f"zlink_trio.testing.{name} has no docstring"
+        assert name not in zl.__all__

@@ -30,6 +30,7 @@ from typing import Final
 
 from zlink_trio._integration.transport.liveness import Route
 from zlink_trio._integration.transport.routes import PeerRun, loggable, names_run
+from zlink_trio._integration.transport.traffic import Traffic
 from zlink_trio._wire import (
     ConnectionRole,
     ErrorReply,
@@ -82,6 +83,7 @@ class InboundConnections:
         generation: NodeGeneration,
         max_frame_bytes: int,
         drops: Counter[str],
+        traffic: Traffic,
         routes: Mapping[NodeRid, Route],
         opened: Opened,
         deliver: Deliver | None = None,
@@ -96,6 +98,7 @@ class InboundConnections:
         self._generation = generation
         self._max_frame = max_frame_bytes
         self._drops = drops
+        self._received = traffic.received
         self._routes = routes
         self._opened = opened
         self._deliver = deliver
@@ -152,6 +155,7 @@ class InboundConnections:
         verdict = connection.protocol.receive(frames)
         kind = type(verdict)
         if kind in self._accepted:
+            self._received[run.node_rid] += 1
             route = self._routes.get(run.node_rid)
             if route is None or route.run is not run:
                 self._drop(identity, RefusalReason.STALE_GENERATION.value, "a replaced run")

@@ -7,14 +7,13 @@ messages, ids, bytes and ``ZLinkError``):
 - ``async with open_route_mesh(config, on_message) as mesh``: binds both ROUTERs, connects to
   ``config.peers`` and runs the readers and the heartbeat; leaving the block closes everything.
 - ``mesh.add_peer(PeerAddress)`` / ``mesh.remove_peer(node_rid)``: the peer list at runtime.
-- ``await mesh.send(node_rid, Send)``: completes at admission into the local queue (TRN-10);
-  ``await mesh.request(node_rid, ..., timeout=)``: the ``Reply``, or ``ZLinkError`` (TRN-14);
-  either refuses a frame over the limit (TRN-27).
-- ``mesh.reply(origin, Reply | ErrorReply)``: answers a request on the completion connection.
-- ``on_message(origin, Send | Request)``: awaited by the application reader for each message.
-- ``mesh.route_changes``: a receive channel of ``RouteUp`` / ``RouteLost``.
-- ``mesh.end_requests(error)``: ends every pending request with ``error``; the mesh stays open;
-  ``mesh.close()``: idempotent; ``mesh.drops``: bad input counted by reason.
+- ``await mesh.send(node_rid, Send)`` completes at admission into the local queue (TRN-10),
+  ``await mesh.request(node_rid, ..., timeout=)`` gives the ``Reply`` or ``ZLinkError``
+  (TRN-14); either refuses a frame over the limit (TRN-27). ``mesh.reply(origin, Reply |
+  ErrorReply)`` answers on the completion connection; ``on_message(origin, Send | Request)`` is
+  awaited by the application reader for each message; ``mesh.route_changes`` receives
+  ``RouteUp`` / ``RouteLost``; ``mesh.end_requests(error)`` ends every pending request;
+  ``mesh.close()`` is idempotent; ``mesh.drops`` and ``mesh.traffic`` count what happened.
 
 Theory of operation. Each node binds two ROUTERs, one per connection role, each with exactly one
 reader task, and connects a DEALER pair towards each peer: an application link with a send HWM
@@ -47,6 +46,7 @@ from zlink_trio._integration.transport.liveness import Opening, Route, Verdict
 from zlink_trio._integration.transport.pending import TIMED_OUT, PendingReplies
 from zlink_trio._integration.transport.routes import PeerRun, RouteChange, RouteLost, RouteUp
 from zlink_trio._integration.transport.socket import OutboundLink
+from zlink_trio._integration.transport.traffic import Traffic
 from zlink_trio._wire import (
     ConnectionRole,
     ErrorReply,
@@ -67,8 +67,7 @@ __all__ = ["LATE_REPLY", "OnMessage", "RouteMesh", "open_route_mesh"]
 OnMessage = Callable[[PeerRun, Send | Request], Awaitable[None]]
 """Receives each application message; while it waits, that ROUTER is not read (backpressure)."""
 
-LATE_REPLY: Final = "late-reply"
-"""Drop reason of a reply whose request already ended (timeout, cancellation, loss)."""
+LATE_REPLY: Final = "late-reply"  # drop reason of a reply whose request had ended
 SENDS_PER_CHECKPOINT: Final = 16
 """A send that never waits lets other tasks run once per this many sends."""
 _UNAVAILABLE: Final = ErrorKind.UNAVAILABLE
@@ -82,6 +81,7 @@ class RouteMesh:
         self.config = config
         self.drops: Counter[str] = Counter()
         """Messages dropped, by reason: a ``RefusalReason`` value, ``oversized``, ``late-reply``."""
+        self.traffic = Traffic()  # what was sent to and received from each peer (traffic.py)
         self._routes: dict[NodeRid, Route] = {}
         self._pending = PendingReplies()
         self._closed = False
@@ -100,6 +100,7 @@ class RouteMesh:
             "generation": config.generation,
             "max_frame_bytes": config.max_frame_bytes,
             "drops": self.drops,
+            "traffic": self.traffic,
             "routes": self._routes,
             "opened": self._opened,
         }
@@ -167,15 +168,14 @@ class RouteMesh:
             self._pending.fail(ZLinkError(_UNAVAILABLE, message), route.run)
 
     async def send(self, peer: NodeRid, message: Send) -> None:
-        """Submit ``message`` to ``peer``; returns when the local queue accepted it (TRN-10).
-
-        At the high-water mark it waits until capacity returns, with no time limit and no
-        cancellation (the wait is shielded, TRN-11); it ends otherwise only with
-        ``ZLinkError(UNAVAILABLE)`` (no route, or the route is lost) or ``SHUTTING_DOWN``.
+        """Submit ``message`` to ``peer``; returns when the local queue accepted it (TRN-10). At
+        the high-water mark it waits for capacity, shielded and without a time limit (TRN-11);
+        it ends otherwise only with ``UNAVAILABLE`` (no route, route lost) or ``SHUTTING_DOWN``.
         """
         link, _run = self._route_to(peer)
         frames = self._sockets.checked(encode(message))
         if link.try_send(frames):
+            self.traffic.sent[peer] += 1
             self._until_checkpoint -= 1
             if not self._until_checkpoint:
                 self._until_checkpoint = SENDS_PER_CHECKPOINT
@@ -185,6 +185,7 @@ class RouteMesh:
             while True:
                 await link.wait_capacity()
                 if link.try_send(frames):
+                    self.traffic.sent[peer] += 1
                     return
 
     async def request(
@@ -211,8 +212,7 @@ class RouteMesh:
         cancellation raises ``trio.Cancelled``. A reply after the end is discarded.
         """
         # The reply wait has no cancel scope: the pending table ends the entry at its deadline
-        # (pending.py). Only a request that must wait for capacity waits inside a scope, which
-        # also ends when the entry does.
+        # (pending.py); only a wait for capacity is inside one, which ends with the entry too.
         current_time = trio.current_time
         deadline = current_time() + timeout
         link, run = self._route_to(peer)
@@ -243,6 +243,7 @@ class RouteMesh:
                         await link.wait_capacity()
                     entry.admission = None
             if submitted:
+                self.traffic.sent[peer] += 1
                 if on_submitted is not None:
                     on_submitted()
                 await entry.wait()
@@ -257,11 +258,9 @@ class RouteMesh:
         raise outcome
 
     def reply(self, origin: PeerRun, message: Reply | ErrorReply) -> None:
-        """Send ``message`` to ``origin`` on the completion connection, which never waits.
-
-        Raises ``ZLinkError(UNAVAILABLE)`` when ``origin`` is not a peer, is not up, or was
-        replaced by a new run; ``SHUTTING_DOWN`` after close.
-        """
+        """Send ``message`` to ``origin`` on the completion connection, which never waits;
+        ``UNAVAILABLE`` when ``origin`` is not a peer, not up, or replaced by a new run,
+        ``SHUTTING_DOWN`` after close."""
         if self._closed:
             raise ZLinkError(_SHUTTING_DOWN, "the RouteMesh is closed")
         route = self._routes.get(origin.node_rid)
@@ -275,6 +274,7 @@ class RouteMesh:
             raise ZLinkError(_UNAVAILABLE, f"no route to {origin.node_rid} for a reply")
         if not links.completion.try_send(self._sockets.checked(encode(message))):
             raise ZLinkError(_UNAVAILABLE, "the completion connection did not take the reply")
+        self.traffic.sent[origin.node_rid] += 1
 
     def end_requests(self, error: ZLinkError) -> int:
         """End every pending request with ``error`` (its host shuts down and settles what it

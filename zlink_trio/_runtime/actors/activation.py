@@ -107,6 +107,8 @@ class ActorActivation:
         self.instance: Any = None
         self.joining = False
         """A join is being decided: destroy answers UNAVAILABLE meanwhile."""
+        self.busy = False
+        """Whether the lane is in a message's turn or the joins it deferred (a quiet check)."""
         self._drop_admitted = False
         self._turns = trio.CancelScope()
         self.creation = trio.CancelScope()
@@ -200,11 +202,13 @@ class ActorActivation:
                         self.node.jobs.release()
                         fail_one(self.node.dispatcher, envelope, self._gone())
                         continue
+                    self.busy = True
                     joins = await self._message_turn(envelope)
                     for join in joins:
                         if not self.accepting:
                             break
                         await self._run_join(join)
+                    self.busy = False
         except Exception:
             _log.exception("the lane of Actor %s failed", self.actor_id)
         finally:

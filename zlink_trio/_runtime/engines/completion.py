@@ -141,6 +141,11 @@ class CompletionDispatcher:
         self._drained = trio.Event()
 
     @property
+    def queued(self) -> int:
+        """How many completions wait on the lane to be delivered (for tests and diagnostics)."""
+        return self._receive.statistics().current_buffer_used
+
+    @property
     def in_flight(self) -> int:
         """How many calls wait for their outcome (for tests and diagnostics)."""
         return len(self._pending)

@@ -209,6 +209,11 @@ class Activation:
             leave_turn(token)
             self.gate.release()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a turn of this Spot runs now (message, tick, lifecycle or control turn)."""
+        return self._busy > 0 or self.gate.held
+
     def begin_close(self, reason: SpotCloseReason, deadline: float, *, drain: bool) -> bool:
         """Seal the mailbox and start closing (Rule 3); ``False`` if closing had begun."""
         if not self.accepting:

@@ -1,0 +1,47 @@
+"""The pytest plugin of ``zlink_trio.testing`` (specs/testing.md KIT-3), registered through the
+``pytest11`` entry point, so installing zlink_trio is enough.
+
+Fixture ``zlink_store`` (session scope): the run's store (``shared_store()``), started on first
+use and left (the server stops with its last user) when the session ends; its ``open_host`` and
+``open_mesh`` open test hosts on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import pytest
+
+from zlink_trio._runtime.application.application import Application
+from zlink_trio.testing.hosts import TestHost, TestMesh, open_test_host, open_test_mesh
+from zlink_trio.testing.store import shared_store
+
+__all__ = ["TestStore", "zlink_store"]
+
+
+class TestStore:
+    """The run's store: its DSN, and test hosts opened on it."""
+
+    __test__ = False
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def open_host(self, app: Application, **config: Any) -> AbstractAsyncContextManager[TestHost]:
+        """``open_test_host(app, dsn=self.dsn, **config)``."""
+        return open_test_host(app, dsn=self.dsn, **config)
+
+    def open_mesh(
+        self, app: Application, *, hosts: int = 2, **config: Any
+    ) -> AbstractAsyncContextManager[TestMesh]:
+        """``open_test_mesh(app, hosts=hosts, dsn=self.dsn, **config)``."""
+        return open_test_mesh(app, hosts=hosts, dsn=self.dsn, **config)
+
+
+@pytest.fixture(scope="session")
+def zlink_store() -> Iterator[TestStore]:
+    """The store every test of the run shares; each test host keeps to a mesh of its own."""
+    with shared_store() as dsn:
+        yield TestStore(dsn)
