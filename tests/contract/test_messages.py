@@ -1,8 +1,9 @@
 """One semantics for a message, whether its target is on this host or another (specs/messages.md
-MSG-1..MSG-5): the message limit, the field type checks and a value of the handler's own.
+MSG-1..MSG-7): the message limit, the field type checks and a value of the handler's own.
 
 Every test runs the same calls against a Spot on the caller's own host and one on another host
-of the mesh (two hosts in this process, real ZeroMQ on 127.0.0.1, the real store).
+of the mesh (two hosts in this process, real ZeroMQ on 127.0.0.1, the real store); the MSG-6
+test runs two hosts whose limits differ.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ class Answer:
     items: list[int]
 
 
+@app.message("messages.Post")
+@attrs.define
+class Post:
+    """A request whose message is its size: mutable, so it is always encoded to be screened."""
+
+    text: str
+
+
 @app.message("messages.Odd")
 @attrs.frozen
 class Odd:
@@ -71,6 +80,10 @@ class Room(zl.Spot):
         answer = Answer("a" * req.size, [1, 2])
         kept.append(answer)
         return answer
+
+    @zl.request_handler(Post)
+    async def post(self, req: Post) -> Answer:
+        return Answer(str(len(req.text)), [])
 
     @zl.request_handler(Odd)
     async def odd(self, req: Odd) -> Answer:
@@ -235,3 +248,74 @@ def test_the_message_limit_is_checked_with_the_host_configuration() -> None:
         with pytest.raises(zl.ConfigurationError, match="max_message_bytes"):
             zl.HostConfig(mesh="m", max_message_bytes=bad)  # type: ignore[arg-type]
     assert 4 * 1024 * 1024 == zl.HostConfig(mesh="m").max_message_bytes
+
+
+SMALL = LIMIT
+BIG = 256 * 1024
+OVER = 100 * 1024
+"""Over SMALL, and over the small host's frame limit too (SMALL plus 64 KiB for the header frame):
+sent anyway, its transport would drop it (TRN-27), within BIG."""
+
+
+@asynccontextmanager
+async def mixed_hosts(store_dsn: str) -> AsyncIterator[tuple[zl.Host, zl.Host, str, str]]:
+    """A host with a limit of BIG and one with SMALL in one mesh, each with a Spot: ``big``,
+    ``small``, the id of the Spot on ``big``, the id of the one on ``small``."""
+    seen.clear()
+    kept.clear()
+    mesh = f"msg-{uuid.uuid4().hex[:8]}"
+    on_big, on_small = f"big-{uuid.uuid4().hex[:6]}", f"small-{uuid.uuid4().hex[:6]}"
+    big_config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, max_message_bytes=BIG)
+    small_config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, max_message_bytes=SMALL)
+    async with zl.open_host(app, big_config) as big, zl.open_host(app, small_config) as small:
+        await big.spots.get_or_create(on_big, "messages.Room").submit()
+        await small.spots.get_or_create(on_small, "messages.Room").submit()
+        yield big, small, on_big, on_small
+
+
+def names_both_limits(error: zl.ZLinkError) -> bool:
+    return error.kind is zl.ErrorKind.PROTOCOL_ERROR and {str(SMALL), str(BIG)} <= set(
+        error.message.replace("(", " ").split()
+    )
+
+
+@pytest.mark.spec("MSG-6")
+async def test_hosts_with_different_limits_refuse_at_the_sender_what_the_other_would_drop(
+    store_dsn: str,
+) -> None:
+    """From the host with the larger limit, a send and a request over the other host's limit
+    (within the sender's own) end PROTOCOL_ERROR at once, naming both limits, and nothing
+    reaches the Spot; to its own Spot the same send is delivered. A reply over the caller's
+    limit ends the caller's request with PROTOCOL_ERROR at once, not at its timeout. Within
+    both limits, messages and replies pass both ways. (Before, the send was admitted and
+    dropped by the small host's transport, and the requests waited out their timeout.)"""
+    async with mixed_hosts(store_dsn) as (big, small, on_big, on_small):
+        with trio.fail_after(5):  # every request below has a timeout of 20 s
+            text = "x" * OVER
+            with pytest.raises(zl.ZLinkError) as note:  # immutable: passes on this host as it is
+                await big.route.send_to_spot(on_small, Note(1, text)).submit()
+            assert names_both_limits(note.value), note.value
+            with pytest.raises(zl.ZLinkError) as bag:  # mutable: encoded when screened
+                await big.route.send_to_spot(on_small, Bag([1000] * (OVER // 3))).submit()
+            assert names_both_limits(bag.value), bag.value
+            request = big.route.request_to_spot(on_small, Post(text), reply_type=Answer)
+            with pytest.raises(zl.ZLinkError) as post:
+                await request.timeout(20).submit()
+            assert names_both_limits(post.value), post.value
+            asked = small.route.request_to_spot(on_big, Ask(OVER), reply_type=Answer)
+            with pytest.raises(zl.ZLinkError) as reply:  # the owner's reply: within BIG only
+                await asked.timeout(20).submit()
+            assert zl.ErrorKind.PROTOCOL_ERROR == reply.value.kind
+            assert str(SMALL) in reply.value.message
+            assert [] == seen
+            await big.route.send_to_spot(on_big, Note(2, text)).submit()  # its own limit: BIG
+            await handled(1)
+            within = "y" * (SMALL - 100)
+            await big.route.send_to_spot(on_small, Note(3, within)).submit()
+            await small.route.send_to_spot(on_big, Note(4, within)).submit()
+            await handled(3)
+            sent = big.route.request_to_spot(on_small, Post(within), reply_type=Answer)
+            assert str(len(within)) == (await sent.timeout(20).submit()).text
+            asked = small.route.request_to_spot(on_big, Ask(SMALL - 100), reply_type=Answer)
+            assert "a" * (SMALL - 100) == (await asked.timeout(20).submit()).text
+        assert [2, 3, 4] == sorted(note.n for note in seen)  # type: ignore[attr-defined]

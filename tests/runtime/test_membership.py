@@ -113,6 +113,7 @@ async def test_the_record_is_stored_under_the_node_key_with_a_renewed_lease(
         application_endpoint="tcp://127.0.0.1:5555",
         completion_endpoint="tcp://127.0.0.1:5556",
         types=[StableTypeName("chat.Room"), StableTypeName("chat.Lobby")],
+        max_message_bytes=65536,
     )
     alpha = Membership(stores.location, mesh, record, lease=5.0, renew_every=0.2)
     key = key_of(mesh, "alpha")
@@ -130,6 +131,7 @@ async def test_the_record_is_stored_under_the_node_key_with_a_renewed_lease(
                 "state": "serving",
                 "types": ["chat.Room", "chat.Lobby"],
                 "load": 0,
+                "max_message": 65536,
             } == cbor2.loads(first.value)
             assert first.expires_at is None  # silence, judged by peers, ends it (MESH-6)
             with trio.fail_after(10):
@@ -147,7 +149,9 @@ async def test_the_record_is_stored_under_the_node_key_with_a_renewed_lease(
 @pytest.mark.spec("MESH-2")
 def test_a_record_round_trips_and_ignores_fields_it_does_not_know() -> None:
     """decode(encode(r)) == r, and a map with extra keys still decodes (a later version)."""
-    record = node("a", state=DRAINING, types=[StableTypeName("x.Y")], load=12)
+    record = node(
+        "a", state=DRAINING, types=[StableTypeName("x.Y")], load=12, max_message_bytes=2048
+    )
     assert record == NodeRecord.decode(record.encode())
     extended = dict(cbor2.loads(record.encode()), zone="eu-1")
     assert record == NodeRecord.decode(cbor2.dumps(extended))
@@ -181,11 +185,16 @@ GOOD = {
         cbor2.dumps(dict(GOOD, types=[3])),
         cbor2.dumps(dict(GOOD, load=-1)),
         cbor2.dumps(dict(GOOD, application=None)),
+        cbor2.dumps(dict(GOOD, max_message="4096")),
+        cbor2.dumps(dict(GOOD, max_message=0)),
+        cbor2.dumps(dict(GOOD, max_message=True)),
     ],
 )
 def test_decode_refuses_malformed_bytes_with_value_error(raw: bytes) -> None:
-    """Bytes that are not a complete, well-typed node record raise ValueError."""
-    assert NodeRecord.decode(cbor2.dumps(GOOD)).rid == NodeRid("n1")
+    """Bytes that are not a complete, well-typed node record raise ValueError; a record without
+    the optional fields (an older run's) decodes, its message limit unknown."""
+    old = NodeRecord.decode(cbor2.dumps(GOOD))
+    assert (NodeRid("n1"), None, "") == (old.rid, old.max_message_bytes, old.curve_key)
     with pytest.raises(ValueError):
         NodeRecord.decode(raw)
 

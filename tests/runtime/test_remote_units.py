@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -185,7 +186,7 @@ class Store:
 
 
 class Scene:
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 4 * 1024 * 1024) -> None:
         self.authority = Authority()
         self.membership = Membership()
         self.mesh = Mesh()
@@ -196,7 +197,7 @@ class Scene:
             node_rid=ME,
             authority=self.authority,
             registry=SimpleNamespace(messages=Messages()),
-            config=SimpleNamespace(node_lease=LEASE, max_message_bytes=4 * 1024 * 1024),
+            config=SimpleNamespace(node_lease=LEASE, max_message_bytes=limit),
         )
         self.remote = Remote(node, self.store, self.membership, lambda: self.load)  # type: ignore[arg-type]  # stand-ins
         self.remote.mesh = self.mesh  # type: ignore[assignment]  # a stand-in transport
@@ -303,6 +304,45 @@ async def test_a_send_goes_to_the_owner_with_its_payload_type_and_metadata(scene
             ),
         )
     ] == scene.mesh.sent
+
+
+@pytest.mark.spec("MSG-6")
+async def test_a_message_to_a_peer_is_bounded_by_the_limit_its_record_names() -> None:
+    """A peer whose record names a limit below this host's gets nothing over it: a send and a
+    request end PROTOCOL_ERROR naming both limits before the transport sees them; one within it
+    goes. A run whose record names no limit (an older version) is held to this host's own limit
+    (here 8 MiB), not to the default 4 MiB (Rule 9; limits.py)."""
+    scene = Scene(limit=8 * 1024 * 1024)
+    remote = scene.remote
+    scene.mesh.up.add(PEER)
+    events = scene.membership.send_events
+    async with trio.open_nursery() as nursery:
+        await nursery.start(remote.run)
+        events.send_nowait(PeerUp(attrs.evolve(node_record(PEER), max_message_bytes=10)))
+        await settle()
+        with pytest.raises(ZLinkError) as sent:
+            await remote.send(Owner(PEER), ROOM, "x" * 11, {}, None)
+        with pytest.raises(ZLinkError) as asked:
+            await remote.request(Owner(PEER), ROOM, "x" * 11, str, {}, None, math.inf)
+        for caught in (sent, asked):
+            assert ErrorKind.PROTOCOL_ERROR == caught.value.kind
+            assert (
+                "a units.Text message of 11 bytes is over the message limit of 10 bytes of peer "
+                "(this host's limit is 8388608 bytes)"
+            ) == caught.value.message
+        assert ([], []) == (scene.mesh.sent, scene.mesh.asked)
+        await remote.send(Owner(PEER), ROOM, "x" * 10, {}, None)
+        assert "pong" == await remote.request(Owner(PEER), ROOM, "x" * 10, str, {}, None, 1e9)
+        events.send_nowait(PeerDown(PEER, NodeGeneration(1)))
+        events.send_nowait(PeerUp(node_record(PEER, 2)))  # its record has no limit
+        await settle()
+        large = "x" * (5 * 1024 * 1024)  # over 4 MiB, within this host's 8 MiB
+        await remote.send(Owner(PEER), ROOM, large, {}, None)
+        assert "pong" == await remote.request(Owner(PEER), ROOM, large, str, {}, None, 1e9)
+        nursery.cancel_scope.cancel()
+    sizes = [10, len(large)]
+    assert sizes == [len(send.payload) for _peer, send in scene.mesh.sent]
+    assert sizes == [len(asked["payload"]) for asked in scene.mesh.asked]
 
 
 @pytest.mark.spec("ROUTE-1")

@@ -207,6 +207,8 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                     node_generation,
                     types=[t.name for t in registry.spot_types.values()],
                     curve_key="" if curve_secret is None else curve_public(curve_secret).decode(),
+                    # Peers send this run nothing larger, and reply with nothing larger (MSG-6).
+                    max_message_bytes=config.max_message_bytes,
                 ),
                 lease=config.node_lease,
                 fence=fence,

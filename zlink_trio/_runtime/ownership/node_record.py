@@ -5,14 +5,17 @@ Key layout, under the mesh's prefix like the authority records:
 
     m/<mesh>/node/<node rid>    the node record of the run that holds the RID (CBOR map):
                                 rid, generation, application and completion endpoints, state
-                                ("serving" | "draining"), stable Spot type names, load
+                                ("serving" | "draining"), stable Spot type names, load,
+                                the run's CURVE key and its message limit (when it has them)
 
 This module owns the value and its bytes: ``NodeRecord`` checks every field when made
-(MESH-16) and decodes only a CBOR map with every known field, ignoring keys it does not know
-(MESH-2). ``PeerUp``, ``PeerChanged`` and ``PeerDown`` are what subscribers are told; a RID
-whose record names another generation is a ``PeerDown`` then a ``PeerUp``, never a change
-(MESH-7). The small pure helpers here are shared by the own record's lease (``lease``) and the
-watch over the peers (``peer_watch``); this module imports neither.
+(MESH-16) and decodes only a CBOR map with every required field, ignoring keys it does not
+know (MESH-2); the CURVE key and the message limit may be absent (a run without transport
+security, a run of an older version). ``PeerUp``, ``PeerChanged`` and ``PeerDown`` are what
+subscribers are told; a RID whose record names another generation is a ``PeerDown`` then a
+``PeerUp``, never a change (MESH-7). The small pure helpers here are shared by the own
+record's lease (``lease``) and the watch over the peers (``peer_watch``); this module imports
+neither.
 """
 
 from __future__ import annotations
@@ -89,6 +92,15 @@ def _check_curve_key(_instance: object, _attribute: object, value: Any) -> None:
         raise ValueError(f"curve_key must be empty or a 40-character Z85 key, got {value!r}")
 
 
+def _check_message_limit(_instance: object, _attribute: object, value: Any) -> None:
+    if value is None:
+        return
+    if type(value) is not int:
+        raise TypeError(f"max_message_bytes must be an int or None, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"max_message_bytes must be positive, got {value}")
+
+
 def _check_endpoint(_instance: object, attribute: attrs.Attribute[str], value: Any) -> None:
     if type(value) is not str:
         raise TypeError(f"{attribute.name} must be a str, not {type(value).__name__}")
@@ -114,6 +126,11 @@ class NodeRecord:
     curve_key: str = attrs.field(default="", validator=_check_curve_key)
     """The run's Z85 CURVE public key: peers accept only connections with it (specs/security.md
     SEC-2); empty for a node without transport security."""
+    max_message_bytes: int | None = attrs.field(default=None, validator=_check_message_limit)
+    """The run's ``HostConfig.max_message_bytes``: the largest payload its transport takes, so
+    peers send it nothing larger and reply to it with nothing larger (specs/messages.md MSG-6).
+    ``None`` for a record without it (a run of an older version): peers then hold it to their
+    own limit, as every host did before the limit was published."""
 
     def encode(self) -> bytes:
         """The CBOR bytes stored at the node's key."""
@@ -127,6 +144,11 @@ class NodeRecord:
                 "types": [name.value for name in self.types],
                 "load": self.load,
                 **({"curve": self.curve_key} if self.curve_key else {}),
+                **(
+                    {"max_message": self.max_message_bytes}
+                    if self.max_message_bytes is not None
+                    else {}
+                ),
             }
         )
 
@@ -160,6 +182,7 @@ class NodeRecord:
                 tuple(StableTypeName(name) for name in types),
                 data["load"],
                 data.get("curve", ""),
+                data.get("max_message"),
             )
         except (TypeError, ValueError) as error:
             raise ValueError(f"a node record holds a bad field: {error}") from None

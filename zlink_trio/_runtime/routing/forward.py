@@ -20,7 +20,8 @@ import trio
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
-from zlink_trio._runtime.routing.remote import Owner, Remote
+from zlink_trio._runtime.routing.owner import Owner
+from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ZLinkError

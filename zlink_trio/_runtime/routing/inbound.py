@@ -25,6 +25,9 @@ Rule 3: a full queue here is the owner's resource for the caller, so a caller on
 sees ``UNAVAILABLE``, never ``CAPACITY_EXCEEDED`` (ERR-5.11); and this host's shutdown is, for
 a caller whose own host runs on, an owner that went away: ``UNAVAILABLE``, never
 ``SHUTTING_DOWN`` (ROUTE-10).
+Rule 6: a reply is encoded within this host's message limit and its caller's (limits.py Rule
+2); one over either answers the request with the ``PROTOCOL_ERROR`` naming the limit instead
+(MSG-2, MSG-6), one that cannot be encoded with ``INTERNAL_FAILURE`` (MSG-5).
 """
 
 from __future__ import annotations
@@ -273,11 +276,10 @@ class Inbound:
                 result.message,
             )
         else:
-            node = self._node
             try:
-                name, payload = node.registry.messages.encode_within(
-                    result, node.config.max_message_bytes
-                )
+                # Within this host's limit and the caller's: a larger reply would be dropped by
+                # the caller's transport and its request would wait out its timeout (MSG-6).
+                name, payload = self._remote.limits.encode(result, origin.node_rid)
             except (TypeError, ValueError, ZLinkError) as error:
                 failure = reply_failure(error)  # as for a caller on this host (local.py)
                 answer = ErrorReply(

@@ -63,7 +63,8 @@ from zlink_trio._runtime.routing.local import (
     resolve_actor,
     resolve_spot,
 )
-from zlink_trio._runtime.routing.remote import STALE, Owner, Remote
+from zlink_trio._runtime.routing.owner import STALE, Owner
+from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots import creation
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog

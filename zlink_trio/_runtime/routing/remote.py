@@ -33,6 +33,8 @@ owner's node record died before reclaiming (GLOBAL-13).
 Rule 6: shutdown settles in-flight remote requests through the transport. ``settle_all`` ends
 every request pending in the RouteMesh, and those still waiting for a route, with
 ``SHUTTING_DOWN``, so a remote request needs no cancel scope of its own.
+Rule 9: a message to a peer is bounded by the peer's message limit too (limits.py, MSG-6),
+checked once its route is up, before it is queued.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import PeerChanged, PeerDown, PeerUp
 from zlink_trio._runtime.routing.credit import Credits
+from zlink_trio._runtime.routing.limits import PeerLimits
+from zlink_trio._runtime.routing.owner import STALE, Owner, Stale, Target
 from zlink_trio._wire import OperationId, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
@@ -64,30 +68,6 @@ _log = logging.getLogger("zlink_trio.runtime.remote")
 
 SWEEP_LEASES = 30
 """The janitor's sweep runs every this many node leases (5 minutes at the default lease)."""
-
-Target = SpotId | ActorId
-
-
-class _Stale:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "STALE"
-
-
-STALE = _Stale()
-"""``owner_of``'s answer for a record whose owner is not live (Rule 2)."""
-
-
-class Owner:
-    """A live remote owner of a target: the node to send to, and the target's stable type when
-    its record said it (a sender checks its handler, messaging.py Rule 9)."""
-
-    __slots__ = ("node_rid", "type_name")
-
-    def __init__(self, node_rid: NodeRid, type_name: StableTypeName | None = None) -> None:
-        self.node_rid = node_rid
-        self.type_name = type_name
 
 
 class Remote:
@@ -116,11 +96,13 @@ class Remote:
         self._settled = False
         self.credits = Credits()
         """What the owners paused (credit.py); read by ``send``, set by ``inbound.py``."""
+        self.limits = PeerLimits(node)
+        """What each peer takes (limits.py); kept by ``_follow_peers``, read by both sides."""
         self._spot_prefix = f"m/{node.mesh.value}/spot/"
 
     # --- outbound ------------------------------------------------------------------------------
 
-    async def owner_of(self, target: Target, deadline: float) -> Owner | _Stale | None:
+    async def owner_of(self, target: Target, deadline: float) -> Owner | Stale | None:
         """The live remote owner of ``target``; ``STALE`` when its record names an owner that is
         not live (Rule 2); ``None`` when the store has no record or the record is this host's
         own. ``DEADLINE_EXCEEDED`` when the store does not answer in time, ``UNAVAILABLE`` when
@@ -198,6 +180,7 @@ class Remote:
         mesh = self._mesh()
         if mesh.is_up(owner.node_rid) is None:
             mesh = await self._route_ready(owner.node_rid, math.inf)
+        self.limits.check(owner.node_rid, name, payload)  # a route that is up has its limit
         if self.credits.is_paused(owner.node_rid, target):
             await self.credits.wait(owner.node_rid, target)  # the owner's Spot is full (OVL-2)
         try:
@@ -231,6 +214,7 @@ class Remote:
             mesh = self._mesh()
             if mesh.is_up(owner.node_rid) is None:
                 mesh = await self._route_ready(owner.node_rid, deadline)
+            self.limits.check(owner.node_rid, name, payload)  # a route that is up has its limit
             remaining = deadline - trio.current_time()
             if remaining <= 0:
                 raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"the request to {target} timed out")
@@ -306,6 +290,7 @@ class Remote:
                 if isinstance(event, PeerUp | PeerChanged):
                     record = event.record
                     self._gone.discard(record.rid)
+                    self.limits.learn(record)  # before its route can come up (limits.py Rule 3)
                     if record.application_endpoint and record.completion_endpoint:
                         try:
                             mesh.add_peer(
@@ -322,6 +307,7 @@ class Remote:
                     if self._is_janitor() and self._tasks is not None:
                         self._tasks.start_soon(self._reclaim, event.rid)
                     mesh.remove_peer(event.rid)
+                    self.limits.forget(event.rid)
                     self._gone.add(event.rid)
                     waiter = self._route_waiters.pop(event.rid, None)
                     if waiter is not None:
