@@ -224,15 +224,16 @@ async def test_shutdown_is_idempotent_and_survives_a_cancelled_caller(store_dsn:
         # Every caller gets the one run's result: on_closing has run and been cut by then.
         seen_on_return.append(stuck_entries())
 
-    async with zl.open_host(app, config(store_dsn, closing_timeout=1.0)) as host:
-        await host.spots.get_or_create("stuck-2", "shut.Room").submit()
-        with trio.move_on_after(0.05):
-            await host.shutdown()
-        with trio.fail_after(20):
+    # Bounded throughout: a shutdown stopped with its cancelled caller must fail, not hang.
+    with trio.fail_after(30):
+        async with zl.open_host(app, config(store_dsn, closing_timeout=1.0)) as host:
+            await host.spots.get_or_create("stuck-2", "shut.Room").submit()
+            with trio.move_on_after(0.05):
+                await host.shutdown()
             async with trio.open_nursery() as nursery:
                 for _ in range(3):
                     nursery.start_soon(shut_down, host)
-        await shut_down(host)
+            await shut_down(host)
     assert 2 == stuck_entries()  # one on_closing, one cancel
     assert [2, 2, 2, 2] == seen_on_return
 
