@@ -17,7 +17,8 @@ Rule 3: the wire carries application messages as CBOR documents of their registe
 a remote send completes when the local transport queue took it (CMP-4.3) and nothing later
 changes its result; a remote request carries its remaining budget and ends with exactly one of
 the reply, the remote error's kind, ``DEADLINE_EXCEEDED``, ``UNAVAILABLE`` or ``SHUTTING_DOWN``.
-Nothing is re-sent automatically (CMP-5.20).
+Nothing is re-sent automatically (CMP-5.20). Its deadline and budget are application time
+(``node.clock``, VCLK-2): on a test's clock the call's own scope ends it, not the transport.
 Rule 4: inbound work is delivered locally only; that side is ``inbound.py``.
 Rule 5: peers come from membership. The transport connects to a peer when its node record shows
 endpoints and disconnects when the record goes away (MESH-19); a call waits, within its deadline,
@@ -37,9 +38,11 @@ every request pending in the RouteMesh, and those still waiting for a route, wit
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import trio
 
@@ -50,10 +53,12 @@ from zlink_trio._integration.transport import (
     RouteMesh,
     RouteUp,
 )
+from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import PeerChanged, PeerDown, PeerUp
 from zlink_trio._runtime.routing.credit import Credits
+from zlink_trio._runtime.routing.owners import STALE, Owner, Target, _Stale
 from zlink_trio._wire import OperationId, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
@@ -62,32 +67,17 @@ __all__ = ["STALE", "SWEEP_LEASES", "Owner", "Remote"]
 
 _log = logging.getLogger("zlink_trio.runtime.remote")
 
+_NO_SCOPE = contextlib.nullcontext()
+"""No scope of its own for a remote request on Trio's clock: the transport's timeout bounds it."""
+
+
+def _left(clock: Clock, deadline: float) -> float:
+    """What a remote request on a test's clock has left of its budget (Rule 3)."""
+    return deadline - clock.now()
+
+
 SWEEP_LEASES = 30
 """The janitor's sweep runs every this many node leases (5 minutes at the default lease)."""
-
-Target = SpotId | ActorId
-
-
-class _Stale:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "STALE"
-
-
-STALE = _Stale()
-"""``owner_of``'s answer for a record whose owner is not live (Rule 2)."""
-
-
-class Owner:
-    """A live remote owner of a target: the node to send to, and the target's stable type when
-    its record said it (a sender checks its handler, messaging.py Rule 9)."""
-
-    __slots__ = ("node_rid", "type_name")
-
-    def __init__(self, node_rid: NodeRid, type_name: StableTypeName | None = None) -> None:
-        self.node_rid = node_rid
-        self.type_name = type_name
 
 
 class Remote:
@@ -130,7 +120,7 @@ class Remote:
             return cached
         node = self._node
         record = None
-        with trio.move_on_at(deadline):
+        with node.clock.scope_until(deadline):
             record = await node.authority.read(target)
             if record is None:
                 return None
@@ -163,11 +153,11 @@ class Remote:
             event = self._route_waiters.get(owner)
             if event is None:
                 event = self._route_waiters[owner] = trio.Event()
-            with trio.move_on_at(deadline):
+            with self._node.clock.scope_until(deadline):
                 await event.wait()
             if self._settled:  # settle_all woke it (Rule 6)
                 raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
-            if mesh.is_up(owner) is None and trio.current_time() >= deadline:
+            if mesh.is_up(owner) is None and self._node.clock.now() >= deadline:
                 # The request's own deadline ran out while the route was still coming up: that
                 # is its timeout, not a lost route (ROUTE-11).
                 raise ZLinkError(
@@ -231,20 +221,28 @@ class Remote:
             mesh = self._mesh()
             if mesh.is_up(owner.node_rid) is None:
                 mesh = await self._route_ready(owner.node_rid, deadline)
-            remaining = deadline - trio.current_time()
-            if remaining <= 0:
+            clock = self._node.clock
+            remaining = deadline - clock.now()
+            # On Trio's clock the transport's own timeout is the deadline (no scope per request);
+            # on a test's clock the call's scope on it is, and the budget is on it (Rule 3).
+            trio_time = clock.trio_time
+            reply = None
+            if remaining > 0:
+                with _NO_SCOPE if trio_time else clock.scope_until(deadline):
+                    reply = await mesh.request(
+                        owner.node_rid,
+                        operation_id=OperationId.new(),
+                        target=target,
+                        message_type=name,
+                        payload=payload,
+                        timeout=remaining if trio_time else math.inf,
+                        budget=None if trio_time else partial(_left, clock, deadline),
+                        instance_spot_type=instance_type,
+                        metadata=tuple(metadata.items()),
+                        on_submitted=on_submitted,
+                    )
+            if reply is None:
                 raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"the request to {target} timed out")
-            reply = await mesh.request(
-                owner.node_rid,
-                operation_id=OperationId.new(),
-                target=target,
-                message_type=name,
-                payload=payload,
-                timeout=remaining,
-                instance_spot_type=instance_type,
-                metadata=tuple(metadata.items()),
-                on_submitted=on_submitted,
-            )
         except ZLinkError as error:
             if error.kind is ErrorKind.SHUTTING_DOWN and not self._settled:
                 # Not this host's shutdown (that settles through settle_all): the owner's. For
