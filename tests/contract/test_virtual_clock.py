@@ -26,6 +26,10 @@ from zlink_trio.testing import VirtualClock
 LEASE = 1.5
 """A short node lease, so that real time well past it passes within a test."""
 
+TIMEOUT = 30.0
+"""The virtual timeout of calls under test: longer than a test ever waits in real time, so a
+deadline kept on Trio's clock by mistake cannot end a call while the test waits for it."""
+
 app = zl.Application()
 
 
@@ -151,7 +155,7 @@ class Room(zl.Spot):
 class Player(zl.Actor):
     @zl.packet_handler(JoinRoom)
     async def join(self, msg: JoinRoom) -> None:
-        self.context.join_spot(msg.spot_id).timeout(5).defer()
+        self.context.join_spot(msg.spot_id).timeout(TIMEOUT).defer()
 
     async def on_join_completed(self, completion: zl.ActorJoinCompletion) -> None:
         probe.completions.append(completion)
@@ -273,18 +277,19 @@ async def test_a_spot_timer_ticks_only_as_virtual_time_passes(store_dsn: str) ->
 async def test_a_request_times_out_when_virtual_time_reaches_its_deadline(
     store_dsn: str,
 ) -> None:
-    """A request with timeout 5 to a handler that never answers ends DEADLINE_EXCEEDED once
-    virtual time reaches now + 5, not before; the handler saw that deadline as ctx.deadline."""
+    """A request with a timeout to a handler that never answers ends DEADLINE_EXCEEDED once
+    virtual time reaches now + timeout, not before; the handler saw that deadline as
+    ctx.deadline."""
     clock = VirtualClock(100.0)
     room = fresh("room")
     async with host_on(clock, store_dsn) as host, trio.open_nursery() as nursery:
         await host.spots.get_or_create(room, "vclk.Room").submit()
         outcome = Outcome()
-        call = host.route.request_to_spot(room, Hold(), reply_type=Answer).timeout(5)
+        call = host.route.request_to_spot(room, Hold(), reply_type=Answer).timeout(TIMEOUT)
         nursery.start_soon(outcome.run, call.submit)
         await entered()
-        assert [105.0] == probe.deadlines
-        await clock.advance(4.9)
+        assert [130.0] == probe.deadlines
+        await clock.advance(29.9)
         assert not outcome.done.is_set()
         await clock.advance(0.1)
         await outcome.wait()
@@ -303,13 +308,14 @@ async def test_a_request_whose_deadline_passed_in_the_queue_is_not_handled(
         await host.spots.get_or_create(room, "vclk.Room").submit()
         busy, late = Outcome(), Outcome()
         nursery.start_soon(
-            busy.run, host.route.request_to_spot(room, Hold(), reply_type=Answer).timeout(60).submit
+            busy.run,
+            host.route.request_to_spot(room, Hold(), reply_type=Answer).timeout(2 * TIMEOUT).submit,
         )
         await entered()
-        call = host.route.request_to_spot(room, Ask("late"), reply_type=Answer).timeout(5)
+        call = host.route.request_to_spot(room, Ask("late"), reply_type=Answer).timeout(TIMEOUT)
         nursery.start_soon(late.run, call.submit)
-        await trio.testing.wait_all_tasks_blocked()  # it is queued, its deadline fixed at 5
-        await clock.advance(5)
+        await trio.testing.wait_all_tasks_blocked()  # it is queued, its deadline fixed at 30
+        await clock.advance(TIMEOUT)
         await late.wait()
         assert zl.ErrorKind.DEADLINE_EXCEEDED == late.error
         probe.release.set()
@@ -392,23 +398,44 @@ async def test_on_closing_is_cut_at_its_virtual_deadline(store_dsn: str) -> None
         assert closing.value is True
 
 
+@pytest.mark.spec("VCLK-1", "VCLK-2")
+async def test_host_shutdown_gives_on_closing_a_virtual_deadline_and_ends_in_real_time(
+    store_dsn: str,
+) -> None:
+    """Host shutdown gives on_closing the deadline virtual now + closing_timeout; an on_closing
+    that never returns does not hold a host on a still clock: shutdown ends within
+    closing_timeout + store_release_timeout of real time, and on_closing is cancelled."""
+    clock = VirtualClock(100.0)
+    probe.hold_on_closing = True
+    values = zl.HostConfig(mesh="bounds", store_dsn=store_dsn, closing_timeout=0.5)
+    with trio.fail_after(values.closing_timeout + values.store_release_timeout + 5):
+        async with host_on(clock, store_dsn, closing_timeout=values.closing_timeout) as host:
+            await host.spots.get_or_create(fresh("room"), "vclk.Room").submit()
+    assert [(zl.SpotCloseReason.HOST_SHUTDOWN, 100.5)] == [
+        (c.reason, c.deadline) for c in probe.closings
+    ]
+    assert 1 == probe.closing_cuts
+    assert 100.0 == clock.now()
+
+
 @pytest.mark.spec("VCLK-2")
 async def test_worker_create_and_join_timeouts_follow_virtual_time(store_dsn: str) -> None:
-    """A worker call, a User Spot creation and an Actor's join, each with timeout 5 and each
-    waiting on something that never comes, end DEADLINE_EXCEEDED only at virtual now + 5."""
+    """A worker call, a User Spot creation and an Actor's join, each with a timeout and each
+    waiting on something that never comes, end DEADLINE_EXCEEDED only at virtual now +
+    timeout."""
     clock = VirtualClock()
     player, room = fresh("player"), fresh("room")
     async with host_on(clock, store_dsn) as host, trio.open_nursery() as nursery:
         await host.spots.get_or_create(room, "vclk.Room").submit()
         await host.actors.create(player, "vclk.Player").submit()
         worker, creating = Outcome(), Outcome()
-        nursery.start_soon(worker.run, host.workers.run_io_worker(hold).timeout(5).submit)
-        call = host.spots.get_or_create(fresh("room"), "vclk.Room").request(Hold()).timeout(5)
+        nursery.start_soon(worker.run, host.workers.run_io_worker(hold).timeout(TIMEOUT).submit)
+        call = host.spots.get_or_create(fresh("room"), "vclk.Room").request(Hold()).timeout(TIMEOUT)
         nursery.start_soon(creating.run, call.submit)
         await host.route.send_to_actor(player, JoinRoom(room)).submit()
-        # Every call has started (the join from the Actor's turn) and fixed its deadline at 5.
+        # Every call has started (the join from the Actor's turn) and fixed its deadline at 30.
         await trio.testing.wait_all_tasks_blocked()
-        await clock.advance(4.9)
+        await clock.advance(29.9)
         assert not worker.done.is_set()
         assert not creating.done.is_set()
         assert [] == probe.completions
