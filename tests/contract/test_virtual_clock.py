@@ -157,6 +157,11 @@ class Player(zl.Actor):
     async def join(self, msg: JoinRoom) -> None:
         self.context.join_spot(msg.spot_id).timeout(TIMEOUT).defer()
 
+    @zl.request_handler(Hold, reply=Answer)
+    async def hold(self, req: Hold, ctx: zl.MessageContext) -> Answer:
+        await hold(ctx)
+        return Answer("held")
+
     async def on_join_completed(self, completion: zl.ActorJoinCompletion) -> None:
         probe.completions.append(completion)
         probe.completed.set()
@@ -419,16 +424,19 @@ async def test_host_shutdown_gives_on_closing_a_virtual_deadline_and_ends_in_rea
 
 
 @pytest.mark.spec("VCLK-2")
-async def test_worker_create_and_join_timeouts_follow_virtual_time(store_dsn: str) -> None:
-    """A worker call, a User Spot creation and an Actor's join, each with a timeout and each
-    waiting on something that never comes, end DEADLINE_EXCEEDED only at virtual now +
-    timeout."""
+async def test_worker_create_actor_and_join_timeouts_follow_virtual_time(store_dsn: str) -> None:
+    """A worker call, a User Spot creation, a request to an Actor and an Actor's join, each with a
+    timeout and each waiting on something that never comes, end DEADLINE_EXCEEDED only at
+    virtual now + timeout."""
     clock = VirtualClock()
-    player, room = fresh("player"), fresh("room")
+    player, other, room = fresh("player"), fresh("player"), fresh("room")
     async with host_on(clock, store_dsn) as host, trio.open_nursery() as nursery:
         await host.spots.get_or_create(room, "vclk.Room").submit()
         await host.actors.create(player, "vclk.Player").submit()
-        worker, creating = Outcome(), Outcome()
+        await host.actors.create(other, "vclk.Player").submit()
+        worker, creating, asking = Outcome(), Outcome(), Outcome()
+        ask_actor = host.route.request_to_actor(other, Hold(), reply_type=Answer).timeout(TIMEOUT)
+        nursery.start_soon(asking.run, ask_actor.submit)
         nursery.start_soon(worker.run, host.workers.run_io_worker(hold).timeout(TIMEOUT).submit)
         call = host.spots.get_or_create(fresh("room"), "vclk.Room").request(Hold()).timeout(TIMEOUT)
         nursery.start_soon(creating.run, call.submit)
@@ -438,14 +446,18 @@ async def test_worker_create_and_join_timeouts_follow_virtual_time(store_dsn: st
         await clock.advance(29.9)
         assert not worker.done.is_set()
         assert not creating.done.is_set()
+        assert not asking.done.is_set()
         assert [] == probe.completions
         await clock.advance(0.1)
         await worker.wait()
         await creating.wait()
+        await asking.wait()
         with trio.fail_after(10):
             await probe.completed.wait()
         assert zl.ErrorKind.DEADLINE_EXCEEDED == worker.error
         assert zl.ErrorKind.DEADLINE_EXCEEDED == creating.error
+        assert zl.ErrorKind.DEADLINE_EXCEEDED == asking.error
+        assert [TIMEOUT] == probe.deadlines  # the Actor's handler saw the virtual deadline
         (joined,) = probe.completions
         assert zl.ActorJoinOutcome.FAILED == joined.outcome
         assert joined.error is not None
