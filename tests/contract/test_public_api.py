@@ -133,7 +133,8 @@ def test_public_values_carry_no_connection_id_store_version_or_call_identity() -
 
 @pytest.mark.spec("API-1")
 def test_internal_packages_are_private() -> None:
-    """Everything that is not re-exported lives in an underscore package or module."""
+    """Everything that is not re-exported lives in an underscore package or module, except the
+    testing kit, a public package of its own."""
     package = Path(zl.__file__).parent
     public = {
         info.name for info in pkgutil.iter_modules([str(package)]) if not info.name.startswith("_")

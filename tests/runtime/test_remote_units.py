@@ -21,6 +21,7 @@ import trio.testing
 from zlink_trio._integration.store import Changed, Resync
 from zlink_trio._integration.transport import PeerAddress, RouteLost, RouteUp
 from zlink_trio._integration.transport.routes import PeerRun
+from zlink_trio._runtime.engines.clock import TRIO_CLOCK
 from zlink_trio._runtime.ownership.authority import SpotRecord
 from zlink_trio._runtime.ownership.node_record import NodeRecord, PeerChanged, PeerDown, PeerUp
 from zlink_trio._runtime.routing.remote import STALE, SWEEP_LEASES, Owner, Remote
@@ -198,6 +199,7 @@ class Scene:
             authority=self.authority,
             registry=SimpleNamespace(messages=Messages()),
             config=SimpleNamespace(node_lease=LEASE, max_message_bytes=limit),
+            clock=TRIO_CLOCK,
         )
         self.remote = Remote(node, self.store, self.membership, lambda: self.load)  # type: ignore[arg-type]  # stand-ins
         self.remote.mesh = self.mesh  # type: ignore[assignment]  # a stand-in transport

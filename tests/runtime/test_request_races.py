@@ -21,6 +21,7 @@ import trio.testing
 
 from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.registry import Handler
+from zlink_trio._runtime.engines.clock import TRIO_CLOCK
 from zlink_trio._runtime.engines.completion import CompletionDispatcher, shutting_down
 from zlink_trio._runtime.node.envelope import reply
 from zlink_trio._runtime.node.node import LocalNode
@@ -44,10 +45,11 @@ HANDLER = Handler(HandlerKind.REQUEST, "ask", Ask, Answer, False)
 
 
 class Node:
-    """The one part of a ``LocalNode`` that settling a request uses."""
+    """The parts of a ``LocalNode`` that settling a request uses."""
 
     def __init__(self) -> None:
         self.dispatcher = CompletionDispatcher()
+        self.clock = TRIO_CLOCK
 
 
 class Caller:

@@ -12,7 +12,8 @@ dependency graph to its bottom; each imports only subsystems below it, and a tes
 - ``node``: the local node's shared state and the envelope of an admitted message
 - ``ownership``: authority records and node membership in the Location Store
 - ``declarations``: handler decorators, the frozen registry, ``HostConfig``, value types
-- ``engines``: gate, mailbox, completion dispatcher, timers, workers (know nothing of Spots)
+- ``engines``: gate, mailbox, completion dispatcher, timers, workers, the application clock
+  (know nothing of Spots)
 
 Relocation (issue 14) will be a subsystem of its own; architecture.md says where it fits.
 """

@@ -200,16 +200,16 @@ class RouteMesh:
         instance_spot_type: StableTypeName | None = None,
         metadata: Metadata = (),
         on_submitted: Callable[[], object] | None = None,
+        budget: Callable[[], float] | None = None,
     ) -> Reply:
         """Send a Request to ``peer`` and return its Reply (TRN-14).
 
-        ``on_submitted`` is called once the Request is in the peer's queue, before the reply
-        wait, so a caller can order what it submits next behind it (TRN-26).
-
-        ``timeout`` (seconds) covers admission and the reply wait; the Request carries what is
-        left of it when it is submitted. Ends with ``ZLinkError``: the ErrorReply's kind,
-        DEADLINE_EXCEEDED, UNAVAILABLE (no route, route lost) or SHUTTING_DOWN; caller
-        cancellation raises ``trio.Cancelled``. A reply after the end is discarded.
+        ``timeout`` (seconds) covers admission and the reply wait; the Request carries what is left
+        of it when submitted, or ``budget()`` (a caller timing itself out on a clock of its own).
+        ``on_submitted`` is called once the Request is in the peer's queue, before the reply wait,
+        so a caller can order what it submits next behind it (TRN-26). Ends with ``ZLinkError``:
+        the ErrorReply's kind, DEADLINE_EXCEEDED, UNAVAILABLE (no route, route lost) or
+        SHUTTING_DOWN; caller cancellation raises ``trio.Cancelled``; a late reply is dropped.
         """
         # The reply wait has no cancel scope: the pending table ends the entry at its deadline
         # (pending.py); only a wait for capacity is inside one, which ends with the entry too.
@@ -222,7 +222,7 @@ class RouteMesh:
         try:
             submitted = False
             while not submitted:
-                budget_us = int((deadline - current_time()) * 1_000_000)
+                budget_us = int((deadline - current_time() if budget is None else budget()) * 1e6)
                 if budget_us <= 0 or entry.outcome is not None:  # out of time, or ended
                     break
                 frames = encode(

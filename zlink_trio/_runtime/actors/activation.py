@@ -244,7 +244,7 @@ class ActorActivation:
                 fence = self.node.fence
                 if not fence.serving:  # a turn starts only while the lease holds (MESH-21)
                     await fence.wait_serving()
-                late = expired(envelope, trio.current_time())
+                late = expired(envelope, self.node.clock.now())
                 if late is not None:  # nobody waits for it any more (envelope.py Rule 3)
                     fail_one(self.node.dispatcher, envelope, late)
                     return []
@@ -292,7 +292,7 @@ class ActorActivation:
         self.joining = True
         try:
             completion: ActorJoinCompletion | None = None
-            with trio.move_on_at(join.deadline):
+            with self.node.clock.scope_until(join.deadline):
                 completion = await self._join(join, target_id)
             if completion is None:
                 timed_out = f"the join to {target_id} timed out"
@@ -399,7 +399,7 @@ class ActorActivation:
         self.state = ActorState.CLOSING
         self._drop_admitted = not drain
         self.mailbox.close()
-        self._turns.deadline = deadline
+        self.node.clock.set_deadline(self._turns, deadline)
         return True
 
     async def _finish(self) -> None:

@@ -57,7 +57,7 @@ async def create(
     node.check_mesh(mesh)
     if type_name not in node.registry.actor_types:
         raise ZLinkError(ErrorKind.NOT_FOUND, f"no Actor type {type_name} is served here")
-    with trio.move_on_at(trio.current_time() + time_limit):
+    with node.clock.scope_until(node.clock.now() + time_limit):
         return await _create(actors, actor_id, type_name, request, exclusive)
     raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"creating Actor {actor_id} timed out")
 
@@ -98,7 +98,7 @@ async def destroy(actors: Actors, actor_ref: ActorRef) -> bool:
         )
     if current.joining:
         raise ZLinkError(ErrorKind.UNAVAILABLE, f"Actor {actor_ref.actor_id} is joining")
-    deadline = trio.current_time() + node.config.closing_timeout
+    deadline = node.clock.now() + node.config.closing_timeout
     if not current.begin_close(deadline, drain=True):
         raise ZLinkError(ErrorKind.UNAVAILABLE, f"Actor {actor_ref.actor_id} is closing")
     current.leave_membership()

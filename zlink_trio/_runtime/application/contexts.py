@@ -138,7 +138,7 @@ class SpotContext(HostReach):
             )
         node = self._messaging.node
         node.check_admitting()
-        deadline = trio.current_time() + node.config.closing_timeout
+        deadline = node.clock.now() + node.config.closing_timeout
         activation.begin_close(SpotCloseReason.EXPLICIT_CLOSE, deadline, drain=True)
         await trio.lowlevel.checkpoint()
 
@@ -229,5 +229,5 @@ class ActorJoinCall:
         if len(turn.joins) >= MAX_JOINS_PER_TURN:
             raise _invalid(f"one turn may defer at most {MAX_JOINS_PER_TURN} joins")
         self._deferred = True
-        deadline = trio.current_time() + self._timeout
+        deadline = self._node.clock.now() + self._timeout
         turn.joins.append(DeferredJoin(self._target, self._request, deadline))

@@ -20,8 +20,6 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar, TypeVarTuple
 
-import trio
-
 from zlink_trio._runtime.calls.single_use import SingleUse
 from zlink_trio._runtime.declarations.config import check_timeout
 from zlink_trio._runtime.node.node import LocalNode
@@ -66,7 +64,7 @@ class WorkerCall(SingleUse, Generic[T]):
         return self._blocking(self._run)
 
     async def _run(self) -> T:
-        deadline = None if self._timeout is None else trio.current_time() + self._timeout
+        deadline = None if self._timeout is None else self._node.clock.now() + self._timeout
         return await self._work(deadline)
 
 

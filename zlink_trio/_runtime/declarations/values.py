@@ -54,8 +54,10 @@ class MessageContext:
     actor_id: ActorId | None = None
     """The Actor that handles the message, or ``None`` for a message to a Spot."""
     deadline: float | None = None
-    """For a request: when the caller stops waiting, on this host's Trio clock (comparable with
-    ``trio.current_time()``, usable with ``trio.move_on_at``); ``None`` for a one-way message."""
+    """For a request: when the caller stops waiting, on this host's application clock; ``None``
+    for a one-way message. That clock is Trio's (comparable with ``trio.current_time()``, usable
+    with ``trio.move_on_at``) unless the host was opened on a test's clock, such as a
+    ``zlink_trio.testing.VirtualClock``, whose ``now()`` it is then compared with."""
 
 
 @attrs.frozen
@@ -64,7 +66,8 @@ class SpotClosingContext:
 
     reason: SpotCloseReason
     deadline: float
-    """Absolute time on the Trio clock; ``on_closing`` is cancelled when it passes (SPOT-47)."""
+    """Absolute time on the host's application clock (Trio's, unless the host runs on a test's
+    clock); ``on_closing`` is cancelled when it passes (SPOT-47)."""
 
 
 @attrs.frozen

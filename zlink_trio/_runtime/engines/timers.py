@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import trio
 
+from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock
 from zlink_trio.options import TimerOptions, TimerOverrunPolicy
 
 __all__ = ["LogicalTimer", "TimerState", "TimerTick"]
@@ -99,7 +100,8 @@ class TimerTick:
     number: int = attrs.field(validator=_check_count(1))
     """The nominal tick this delivery stands for: 1 for the first due time, then 2, 3, ..."""
     scheduled_at: float = attrs.field(validator=_check_time)
-    """When that nominal tick fell due, on the Trio clock (``trio.current_time()``)."""
+    """When that nominal tick fell due, on the host's application clock (engines/clock.py;
+    Trio's clock, ``trio.current_time()``, unless the host runs on a test's clock)."""
     skipped: int = attrs.field(validator=_check_count(0))
     """How many nominal ticks were dropped between the previously delivered tick and this one."""
 
@@ -113,7 +115,7 @@ class TimerTick:
 class TimerState:
     """What a logical timer needs to go on elsewhere, captured between two ticks (TIMER-28).
 
-    Times are on the Trio clock of the process that captured the state; :meth:`rebased` moves
+    Times are on the application clock of the host that captured the state; :meth:`rebased` moves
     them onto another clock. ``pending`` are ticks already chosen to run but not yet started;
     ``next_sequence`` is the first nominal tick after them that is neither run nor dropped, due at
     ``next_due`` (under DELAY_NEXT_TICK with pending ticks, the earliest it can be: the real due
@@ -129,7 +131,7 @@ class TimerState:
     next_due: float = attrs.field(validator=_check_time)
     pending: tuple[TimerTick, ...] = attrs.field(converter=_ticks)
     captured_at: float = attrs.field(validator=_check_time)
-    """The Trio clock time at which the state was captured."""
+    """The application clock's time at which the state was captured."""
 
     def __attrs_post_init__(self) -> None:
         floor = self.last_sequence
@@ -158,8 +160,9 @@ class TimerState:
 class LogicalTimer:
     """The schedule of one logical timer and the runner that delivers its ticks.
 
-    Make it inside a Trio run (the schedule starts at ``origin``, by default the current Trio
-    time), then run it once with :meth:`run`. :meth:`cancel` stops it gracefully; cancelling the
+    Make it inside a Trio run (the schedule starts at ``origin``, by default the current time of
+    ``clock``, the host's application clock, Trio's own by default), then run it once with
+    :meth:`run`. :meth:`cancel` stops it gracefully; cancelling the
     scope around :meth:`run` stops it at once.
     """
 
@@ -170,6 +173,7 @@ class LogicalTimer:
         options: TimerOptions | None = None,
         *,
         origin: float | None = None,
+        clock: Clock = TRIO_CLOCK,
     ) -> None:
         _check_name(self, None, name)
         _check_interval(self, None, interval)
@@ -179,7 +183,8 @@ class LogicalTimer:
         self._name = name
         self._interval = float(interval)
         self._options = options
-        self._origin = trio.current_time() if origin is None else _check_seconds("origin", origin)
+        self._clock = clock
+        self._origin = clock.now() if origin is None else _check_seconds("origin", origin)
         self._last_sequence = 0
         self._next_sequence = 1
         # Used only by DELAY_NEXT_TICK; the fixed-rate policies derive due times (Rule 1).
@@ -191,7 +196,7 @@ class LogicalTimer:
         self._sleep_scope: trio.CancelScope | None = None
 
     @classmethod
-    def from_state(cls, state: TimerState) -> LogicalTimer:
+    def from_state(cls, state: TimerState, *, clock: Clock = TRIO_CLOCK) -> LogicalTimer:
         """A timer that continues ``state``: its pending ticks first, then the same schedule."""
         timer = cls(
             state.name,
@@ -200,6 +205,7 @@ class LogicalTimer:
             # Recovers the fixed-rate origin; due times stay computed from k (Rule 1), so a
             # rounding difference here can shift them by an ulp but never makes one come twice.
             origin=state.next_due - state.next_sequence * state.interval,
+            clock=clock,
         )
         timer._last_sequence = state.last_sequence
         timer._next_sequence = state.next_sequence
@@ -238,7 +244,7 @@ class LogicalTimer:
             self._sleep_scope.cancel()
 
     def state(self, now: float | None = None) -> TimerState:
-        """Capture the timer between ticks, as of ``now`` (default: the current Trio time).
+        """Capture the timer between ticks, as of ``now`` (default: the clock's current time).
 
         The ticks the policy would run for the backlog at ``now`` become ``pending``; the engine
         itself is not changed. Raises ``RuntimeError`` while a tick is running: its end decides
@@ -248,7 +254,7 @@ class LogicalTimer:
         """
         if self._running is not None:
             raise RuntimeError(f"timer {self._name!r} is running tick {self._running.number}")
-        now = trio.current_time() if now is None else _check_seconds("now", now)
+        now = self._clock.now() if now is None else _check_seconds("now", now)
         pending = list(self._pending)
         next_sequence = self._next_sequence
         window = self._window(now) if not pending else None
@@ -291,7 +297,7 @@ class LogicalTimer:
         self._started = True
         task_status.started()
         while not self._cancelled:
-            tick = self._pending.popleft() if self._pending else self._choose(trio.current_time())
+            tick = self._pending.popleft() if self._pending else self._choose(self._clock.now())
             if tick is None:
                 await self._sleep_until_due()
                 continue
@@ -307,14 +313,14 @@ class LogicalTimer:
             self._last_sequence = tick.number
             if self._options.overrun_policy is TimerOverrunPolicy.DELAY_NEXT_TICK:
                 # Fixed delay: measured from the end of this tick, not from its due time.
-                self._delay_due = trio.current_time() + self._interval
+                self._delay_due = self._clock.now() + self._interval
 
     async def _sleep_until_due(self) -> None:
         # Only this wait is cancelled by cancel(): a running handler is never interrupted by it.
         with trio.CancelScope() as scope:
             self._sleep_scope = scope
             try:
-                await trio.sleep_until(self._next_due())
+                await self._clock.sleep_until(self._next_due())
             finally:
                 self._sleep_scope = None
 

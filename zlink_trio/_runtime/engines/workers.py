@@ -23,6 +23,7 @@ from typing import TypeVar, TypeVarTuple
 
 import trio
 
+from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock
 from zlink_trio.errors import ErrorKind, ZLinkError
 
 __all__ = ["MAX_CPU_SLOTS", "WorkerScheduler", "in_cpu_worker"]
@@ -57,8 +58,8 @@ def _marked(fn: Callable[[], T]) -> T:
 #   trio.to_thread.run_sync only for as long as the worker thread runs ``fn``. I/O work never
 #   touches the limiter, so any number of I/O calls can wait while every CPU slot is busy.
 # Rule 2 (CMP-3.22): callers that find every slot busy queue on the limiter, which Trio serves in
-#   FIFO order; the deadline is a Trio cancel scope around that wait, so it ends the wait with
-#   DEADLINE_EXCEEDED before ``fn`` has started.
+#   FIFO order; the deadline is a cancel scope of the host's application clock (clock.py) around
+#   that wait, so it ends the wait with DEADLINE_EXCEEDED before ``fn`` has started.
 # Rule 3 (CMP-3.23, CMP-3.25): a started thread cannot be stopped. With abandon_on_cancel=True the
 #   caller stops waiting at its deadline or cancellation, while the thread runs on and keeps its
 #   slot until ``fn`` returns; Trio then releases the slot and drops the outcome. The call has
@@ -79,7 +80,7 @@ def _internal_failure(error: Exception) -> ZLinkError:
 class WorkerScheduler:
     """The host's worker scheduler: ``cpu_slots`` CPU threads at most, I/O work unbounded."""
 
-    def __init__(self, cpu_slots: int) -> None:
+    def __init__(self, cpu_slots: int, clock: Clock = TRIO_CLOCK) -> None:
         if type(cpu_slots) is not int:
             raise TypeError(f"cpu_slots takes an int, not {type(cpu_slots).__name__}")
         if not 1 <= cpu_slots <= MAX_CPU_SLOTS:
@@ -87,6 +88,8 @@ class WorkerScheduler:
         self._cpu_slots = cpu_slots
         self._limiter = trio.CapacityLimiter(cpu_slots)
         self._closed = False
+        self._clock = clock
+        """The application clock the calls' deadlines are on (VCLK-2)."""
 
     @property
     def cpu_slots(self) -> int:
@@ -122,17 +125,18 @@ class WorkerScheduler:
     ) -> T:
         """Run the sync ``fn(*args)`` on a worker thread holding one CPU slot; return its result.
 
-        ``deadline`` is an absolute Trio time (``None``: no deadline). Waiting for a slot or for
-        ``fn`` past it raises ``ZLinkError(DEADLINE_EXCEEDED)``; a thread that already started
-        then runs to completion, holding its slot, and its result is discarded. ``fn`` raising
-        gives ``ZLinkError(INTERNAL_FAILURE)`` with the original as ``__cause__``. Cancelling the
-        caller raises ``trio.Cancelled``, with the same fate for a running thread.
+        ``deadline`` is an absolute time of the scheduler's clock (``None``: no deadline).
+        Waiting for a slot or for ``fn`` past it raises ``ZLinkError(DEADLINE_EXCEEDED)``; a
+        thread that already started then runs to completion, holding its slot, and its result is
+        discarded. ``fn`` raising gives ``ZLinkError(INTERNAL_FAILURE)`` with the original as
+        ``__cause__``. Cancelling the caller raises ``trio.Cancelled``, with the same fate for a
+        running thread.
         """
         if inspect.iscoroutinefunction(fn):
             # A coroutine function would "run" in a thread by returning an un-awaited coroutine.
             raise TypeError(f"run_cpu takes a sync function; use run_io for {fn!r}")
         self._admit()
-        with trio.move_on_at(_until(deadline)) as scope:
+        with self._clock.scope_until(_until(deadline)) as scope:
             try:
                 return await trio.to_thread.run_sync(
                     _marked,
@@ -156,7 +160,7 @@ class WorkerScheduler:
         cannot finish later.
         """
         self._admit()
-        with trio.move_on_at(_until(deadline)) as scope:
+        with self._clock.scope_until(_until(deadline)) as scope:
             # A deadline already past must not start the work at all.
             await trio.lowlevel.checkpoint_if_cancelled()
             try:

@@ -37,13 +37,18 @@ waiting does not stop it (SHUT-4.10); every ``shutdown()`` call waits for that o
 5. close the store;
 6. publish the final result: ``shutdown()`` returns and ``open_host`` exits; nothing starts after
    (SHUT-4.4).
+
+The application clock (engines/clock.py): ``open_host`` runs the host on Trio's clock;
+``open_host_on`` takes the clock, for ``zlink_trio.testing`` (a ``VirtualClock``). The clock
+goes into the ``LocalNode``, where every part that uses application time reads it (VCLK-2);
+everything else keeps Trio's clock (VCLK-1).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 
 import trio
@@ -64,6 +69,7 @@ from zlink_trio._runtime.declarations.config import (
     HostConfig,
     check_curve_secret,
 )
+from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock
 from zlink_trio._runtime.engines.completion import CompletionDispatcher
 from zlink_trio._runtime.engines.workers import WorkerScheduler
 from zlink_trio._runtime.host.interrupts import Interruption, watch_interrupts
@@ -82,7 +88,7 @@ from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId
 
-__all__ = ["Host", "open_host"]
+__all__ = ["Host", "open_host", "open_host_on"]
 
 
 class Host:
@@ -133,12 +139,23 @@ class Host:
         await self._tree.shutdown(self._node)
 
 
-@asynccontextmanager
-async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]:
+def open_host(app: Application, config: HostConfig) -> AbstractAsyncContextManager[Host]:
     """Validate ``app`` and ``config``, start a host, and shut it down when the block exits.
 
     ``ConfigurationError`` lists every problem before anything touches the store (REG-5.1).
     """
+    return open_host_on(app, config, clock=TRIO_CLOCK)
+
+
+@asynccontextmanager
+async def open_host_on(
+    app: Application, config: HostConfig, *, clock: Clock
+) -> AsyncIterator[Host]:
+    """``open_host`` with ``clock`` as the host's application clock (VCLK-1): its timers and the
+    deadlines of its calls follow ``clock``, everything else Trio's clock. Internal: the
+    testing kit's entry (``zlink_trio.testing``)."""
+    if not isinstance(clock, Clock):
+        raise TypeError(f"open_host_on takes a Clock, not {type(clock).__name__}")
     if not isinstance(app, Application):
         raise TypeError(f"open_host takes a zl.Application, not {type(app).__name__}")
     if not isinstance(config, HostConfig):
@@ -176,8 +193,9 @@ async def open_host(app: Application, config: HostConfig) -> AsyncIterator[Host]
                 SpotAuthority(stores.location, config.mesh_name, node_rid, node_generation),
                 activations,
                 trio.lowlevel.current_trio_token(),
-                WorkerScheduler(config.cpu_worker_slots),
+                WorkerScheduler(config.cpu_worker_slots, clock),
                 fence,
+                clock,
             )
             await nursery.start(tree.run_releases, node.authority.releases)
             spots = SpotCatalog[Activation](node)

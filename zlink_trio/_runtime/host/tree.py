@@ -175,7 +175,11 @@ class TaskTree:
             # A run that lost its lease runs no on_closing: its Spots may already live elsewhere
             # (MESH-22), so they are cut at once.
             closing_for = 0.0 if node.fence.lost is not None else node.config.closing_timeout
-            deadline = trio.current_time() + closing_for
+            # on_closing's deadline is application time (VCLK-2); the wait below is bounded on
+            # Trio's clock as well, so a host on a test's clock never waits for that clock to
+            # move to shut down (VCLK-1). On Trio's clock the two bounds are one.
+            started = trio.current_time()
+            deadline = node.clock.now() + closing_for
             # Both are set right after the node is made, before any part can shut down.
             assert self.spots is not None
             assert self.actors is not None
@@ -186,7 +190,7 @@ class TaskTree:
             for activation in closing:
                 activation.begin_close(SpotCloseReason.HOST_SHUTDOWN, deadline, drain=False)
             # The closing deadline bounds on_closing; the store release after it gets as long.
-            with trio.move_on_at(deadline + node.config.store_release_timeout):
+            with trio.move_on_at(started + closing_for + node.config.store_release_timeout):
                 # Waiting on an Event that is already set is still a checkpoint, one pass of the
                 # scheduler each: with 10,000 Spots that alone was ~0.4 s, so skip those.
                 for event in [a.closed for a in actors] + [a.closed for a in closing]:

@@ -8,7 +8,9 @@ are kept by their own subsystems (``spots/catalog.py``, ``actors/catalog.py``), 
 this module. Its ``admitting`` flag is the single admission seal: every public operation checks
 it first, so once shutdown has sealed it every new operation ends with ``SHUTTING_DOWN``
 (SHUT-4.6). The same check consults the run's ``fence`` (ownership/fence.py): a run whose lease
-is overdue admits nothing and refuses with ``UNAVAILABLE`` (MESH-21).
+is overdue admits nothing and refuses with ``UNAVAILABLE`` (MESH-21). Its ``clock`` is the
+host's application clock (engines/clock.py): every part reads application time from it, and
+Trio's clock only for the infrastructure (VCLK-1, VCLK-2).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import trio
 
 from zlink_trio._runtime.declarations.config import HostConfig
 from zlink_trio._runtime.declarations.registry import Registry
+from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.engines.completion import CompletionDispatcher, shutting_down
 from zlink_trio._runtime.engines.mailbox import JobPermits
 from zlink_trio._runtime.engines.workers import WorkerScheduler
@@ -44,6 +47,7 @@ class LocalNode:
         token: trio.lowlevel.TrioToken,
         workers: WorkerScheduler,
         fence: Fence,
+        clock: Clock,
     ) -> None:
         self.config = config
         self.registry = registry
@@ -61,6 +65,8 @@ class LocalNode:
         self.admitting = True
         self.fence = fence
         """Whether this run's lease lets it serve (ownership/fence.py)."""
+        self.clock = clock
+        """Application time: timers and the deadlines of calls follow it (VCLK-2)."""
 
     def check_admitting(self) -> None:
         """Raise ``SHUTTING_DOWN`` once shutdown has sealed admission (SHUT-4.6), and

@@ -1,3 +1,3 @@
 """Calls and routing: local resolution and admission (``local``), remote owners, the routing cache
-and the wire (``remote``), the choice between them (``messaging``), work from peers
-(``inbound``) and the hand-over of a lost cold race (``forward``)."""
+and the wire (``remote``, its answers in ``owners``), the choice between them (``messaging``),
+work from peers (``inbound``) and the hand-over of a lost cold race (``forward``)."""

@@ -98,8 +98,9 @@ class Inbound:
         if nursery is None:
             self._answer(origin, message, ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving"))
             return
-        # The budget counts from arrival, not from when the task gets to run.
-        arrived = trio.current_time()
+        # The budget counts from arrival, not from when the task gets to run; on the host's
+        # application clock, like every deadline a handler sees (VCLK-2).
+        arrived = self._node.clock.now()
         if message.message_type.value == _CLOSE_SPOT:
             nursery.start_soon(self._inbound_close, origin, message)
             return
@@ -170,7 +171,7 @@ class Inbound:
         self, origin: PeerRun, request: Request, deadline: float, outcome: Outcome
     ) -> None:
         """The completion of an admitted inbound request, on the completion lane (Rule 2)."""
-        if trio.current_time() >= deadline:
+        if self._node.clock.now() >= deadline:
             # The caller's transport ended the call with DEADLINE_EXCEEDED by now.
             _log.debug("a reply to %s after its deadline was not sent", origin.node_rid)
             return
@@ -240,7 +241,8 @@ class Inbound:
             # The caller checks the reply's class; here any declared message passes through.
             handler_reply = object
             metadata = dict(message.metadata)
-            budget = max(message.budget_us / 1_000_000 - (trio.current_time() - arrived), 1e-6)
+            spent = node.clock.now() - arrived
+            budget = max(message.budget_us / 1_000_000 - spent, 1e-6)
             if isinstance(message.target, ActorId):
                 result = await messaging.request_actor(
                     message.target, decoded, handler_reply, metadata, budget, local=True

@@ -12,8 +12,9 @@ checkpoint, so the caller's message is the first one admitted to the new Spot (a
 Rule 2).
 Rule 2: one atomic pop decides a request. Its entry is registered before the message is admitted
 (completion.py Rule 1); reply, timeout, cancellation and shutdown all pop the entry, and only the
-one that gets it completes the call (CMP-9.1, CMP-10.2). The deadline gives
-``DEADLINE_EXCEEDED``; a caller's Trio cancel scope gives ``trio.Cancelled`` (CMP-9.10).
+one that gets it completes the call (CMP-9.1, CMP-10.2). The deadline, on the host's application
+clock (``node.clock``), gives ``DEADLINE_EXCEEDED``; a caller's Trio cancel scope gives
+``trio.Cancelled`` (CMP-9.10).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ async def job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -
     """Take a job permit for a request, within its deadline (mailbox.py Rule 1)."""
     if node.jobs.try_acquire():
         return  # the hot path: no cancel scope, no checkpoint
-    with trio.move_on_at(deadline):
+    with node.clock.scope_until(deadline):
         if await node.jobs.acquire():
             return
         raise shutting_down()  # shutdown ended the wait (mailbox.py Rule 3)
@@ -163,7 +164,7 @@ async def _settle(node: LocalNode, entry: PendingCall, deadline: float) -> objec
         # already did; then that path's result stands (completion.py Rule 6; CMP-9.1).
         return dispatcher.pop(entry.route) is entry
 
-    with trio.move_on_at(deadline) as scope:
+    with node.clock.scope_until(deadline) as scope:
         outcome = await entry.wait(claim)
         return outcome.unwrap()
     # Only the deadline gets here: a cancellation from outside propagated as trio.Cancelled.

@@ -4,8 +4,9 @@ specs/errors.md ERR-4.1, ERR-4.2, ERR-5.1..ERR-5.9).
 
 Rule 1: a one-way send completes at local admission: the message is in the target Spot's
 mailbox; it waits for no handler (CMP-4.2). It has no time bound and no deadline (DEC-1).
-Rule 2: a request fixes one deadline when its terminal starts; resolution, cold activation,
-admission and the reply wait all spend from it (CMP-9.4). Its entry is registered before the
+Rule 2: a request fixes one deadline when its terminal starts, on the host's application clock
+(``node.clock``, VCLK-2); resolution, cold activation, admission and the reply wait all spend
+from it (CMP-9.4). Its entry is registered before the
 message is admitted (completion.py Rule 1), and whichever of reply, timeout, cancellation or
 shutdown pops the entry first decides the result (CMP-9.1). Timeout is the call's own deadline
 and gives ``DEADLINE_EXCEEDED``; a caller's Trio cancel scope gives ``trio.Cancelled`` (CMP-9.10).
@@ -171,7 +172,7 @@ class Messaging:
         node.check_admitting()
         node.check_mesh(mesh)
         encoded = self._screen(message, local)
-        deadline = trio.current_time() + time_limit
+        deadline = node.clock.now() + time_limit
         await job_permit(node, deadline, spot_id)
         held = True
         try:
@@ -235,7 +236,7 @@ class Messaging:
             SpotClosed,
             {},
             None,
-            trio.current_time() + wait,
+            node.clock.now() + wait,
         )
         assert isinstance(answer, SpotClosed)  # remote.request checked the reply's class
         return answer.closed
@@ -279,7 +280,7 @@ class Messaging:
             if isinstance(found, Activation | trio.Event):
                 # A closing incarnation to outlive, or a User Spot of this host being created
                 # (SPOT-90): wait for it, then look again.
-                with trio.move_on_at(deadline):
+                with self.node.clock.scope_until(deadline):
                     await (found.closed if isinstance(found, Activation) else found).wait()
                     continue
                 raise deadline_error(spot_id)
@@ -349,7 +350,7 @@ class Messaging:
         node = self.node
         node.check_admitting()
         encoded = self._screen(message, local)
-        deadline = trio.current_time() + time_limit
+        deadline = node.clock.now() + time_limit
         remote = self.remote
         if not local and remote is not None and actor_id not in self.actors.actors:
             owner = await remote.owner_of(actor_id, deadline)

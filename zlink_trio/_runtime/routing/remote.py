@@ -1,8 +1,5 @@
 """Global addressing, outbound: reaching Spots and Actors owned by other hosts of the mesh
-(specs/global.md; specs/completion.md CMP-4.3, CMP-4.7, CMP-5.12, CMP-5.20; specs/mesh.md
-MESH-19).
-
-Theory of operation.
+(specs/global.md; specs/completion.md CMP-4.3, CMP-4.7, CMP-5.12, CMP-5.20; MESH-19).
 
 Rule 1: the store says who owns an id; the routing cache remembers it. A call whose target is not
 local reads the target's authority record (the resolve counts inside a request's deadline) and
@@ -10,14 +7,14 @@ keeps ``id -> owner`` in a cache. The cache forgets an entry when a store change
 key, on a ``Resync``, when the owner's node record goes away (``PeerDown``), and when the owner
 answers that it has no such target, so the next call resolves again. Misses are never cached.
 Rule 2: an owner that is not live is nobody. A record whose owner's node record is gone is
-stale: a call to it ends with ``UNAVAILABLE`` (the owner is unreachable), and a claim may take it
-over (authority.py Rule 5), so a Spot of a killed host can be activated again elsewhere with a
-higher generation.
+stale: a call to it ends with ``UNAVAILABLE``, and a claim may take it over (authority.py Rule
+5), so a Spot of a killed host can be activated again elsewhere with a higher generation.
 Rule 3: the wire carries application messages as CBOR documents of their registered class;
 a remote send completes when the local transport queue took it (CMP-4.3) and nothing later
 changes its result; a remote request carries its remaining budget and ends with exactly one of
 the reply, the remote error's kind, ``DEADLINE_EXCEEDED``, ``UNAVAILABLE`` or ``SHUTTING_DOWN``.
-Nothing is re-sent automatically (CMP-5.20).
+Nothing is re-sent automatically (CMP-5.20). Its deadline and budget are application time
+(``node.clock``, VCLK-2): on a test's clock the call's own scope ends it, not the transport.
 Rule 4: inbound work is delivered locally only; that side is ``inbound.py``.
 Rule 5: peers come from membership. The transport connects to a peer when its node record shows
 endpoints and disconnects when the record goes away (MESH-19); a call waits, within its deadline,
@@ -39,9 +36,11 @@ checked once its route is up, before it is queued.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import trio
 
@@ -52,6 +51,7 @@ from zlink_trio._integration.transport import (
     RouteMesh,
     RouteUp,
 )
+from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import PeerChanged, PeerDown, PeerUp
@@ -65,6 +65,15 @@ from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
 __all__ = ["STALE", "SWEEP_LEASES", "Owner", "Remote"]
 
 _log = logging.getLogger("zlink_trio.runtime.remote")
+
+_NO_SCOPE = contextlib.nullcontext()
+"""No scope of its own for a remote request on Trio's clock: the transport's timeout bounds it."""
+
+
+def _left(clock: Clock, deadline: float) -> float:
+    """What a remote request on a test's clock has left of its budget (Rule 3)."""
+    return deadline - clock.now()
+
 
 SWEEP_LEASES = 30
 """The janitor's sweep runs every this many node leases (5 minutes at the default lease)."""
@@ -112,7 +121,7 @@ class Remote:
             return cached
         node = self._node
         record = None
-        with trio.move_on_at(deadline):
+        with node.clock.scope_until(deadline):
             record = await node.authority.read(target)
             if record is None:
                 return None
@@ -145,11 +154,11 @@ class Remote:
             event = self._route_waiters.get(owner)
             if event is None:
                 event = self._route_waiters[owner] = trio.Event()
-            with trio.move_on_at(deadline):
+            with self._node.clock.scope_until(deadline):
                 await event.wait()
             if self._settled:  # settle_all woke it (Rule 6)
                 raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
-            if mesh.is_up(owner) is None and trio.current_time() >= deadline:
+            if mesh.is_up(owner) is None and self._node.clock.now() >= deadline:
                 # The request's own deadline ran out while the route was still coming up: that
                 # is its timeout, not a lost route (ROUTE-11).
                 raise ZLinkError(
@@ -215,20 +224,28 @@ class Remote:
             if mesh.is_up(owner.node_rid) is None:
                 mesh = await self._route_ready(owner.node_rid, deadline)
             self.limits.check(owner.node_rid, name, payload)  # a route that is up has its limit
-            remaining = deadline - trio.current_time()
-            if remaining <= 0:
+            clock = self._node.clock
+            remaining = deadline - clock.now()
+            # On Trio's clock the transport's own timeout is the deadline (no scope per request);
+            # on a test's clock the call's scope on it is, and the budget is on it (Rule 3).
+            trio_time = clock.trio_time
+            reply = None
+            if remaining > 0:
+                with _NO_SCOPE if trio_time else clock.scope_until(deadline):
+                    reply = await mesh.request(
+                        owner.node_rid,
+                        operation_id=OperationId.new(),
+                        target=target,
+                        message_type=name,
+                        payload=payload,
+                        timeout=remaining if trio_time else math.inf,
+                        budget=None if trio_time else partial(_left, clock, deadline),
+                        instance_spot_type=instance_type,
+                        metadata=tuple(metadata.items()),
+                        on_submitted=on_submitted,
+                    )
+            if reply is None:
                 raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"the request to {target} timed out")
-            reply = await mesh.request(
-                owner.node_rid,
-                operation_id=OperationId.new(),
-                target=target,
-                message_type=name,
-                payload=payload,
-                timeout=remaining,
-                instance_spot_type=instance_type,
-                metadata=tuple(metadata.items()),
-                on_submitted=on_submitted,
-            )
         except ZLinkError as error:
             if error.kind is ErrorKind.SHUTTING_DOWN and not self._settled:
                 # Not this host's shutdown (that settles through settle_all): the owner's. For

@@ -57,7 +57,9 @@ Rule 5: idle eviction. With ``instance_idle_timeout`` set, an Instance Spot's tu
 runs a watcher that starts an ``IDLE_EVICTED`` close once no turn (message or tick) has run or
 held the gate for that long (SPOT-50). The close drains like an explicit one, so a message
 admitted at the same instant still runs; the next ``instance_spot()`` message waits for the
-close and activates a new incarnation (routing/messaging.py Rule 3).
+close and activates a new incarnation (routing/messaging.py Rule 3). Idleness, closing deadlines
+and timers are on the host's application clock (``node.clock``, VCLK-2); the release of the
+store record after closing keeps Trio's clock.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ class Activation:
         self._forward_to: NodeRid | None = None
         """The host that won the claim of a cold activation this one lost (Rule 7)."""
         self.closed = trio.Event()
-        self.timers = SpotTimers(spot_type, spot_id, self.run_tick)
+        self.timers = SpotTimers(spot_type, spot_id, self.run_tick, node.clock)
         self._busy = 0
         self._idle_since = math.inf
         self._idle_watch = trio.CancelScope()
@@ -229,9 +231,10 @@ class Activation:
         if self.kind is SpotKind.INSTANCE:
             self._idle_watch.cancel()  # only Instance Spots watch for idleness
         # Lifecycle work still running at the closing deadline is cancelled (SPOT-47).
+        clock = self.node.clock
         if starting:
-            self._starting.deadline = deadline
-        self._turns.deadline = deadline
+            clock.set_deadline(self._starting, deadline)
+        clock.set_deadline(self._turns, deadline)
         return True
 
     async def run(
@@ -341,7 +344,7 @@ class Activation:
     async def _serve(self) -> None:
         with self._turns:
             async with trio.open_nursery() as turns:
-                self._idle_since = trio.current_time()
+                self._idle_since = self.node.clock.now()
                 self.timers.attach(turns)
                 idle_timeout = self.node.config.instance_idle_timeout
                 if self.kind is SpotKind.INSTANCE and idle_timeout is not None:
@@ -379,25 +382,26 @@ class Activation:
                 return
 
     async def _evict_when_idle(self, idle_timeout: float) -> None:
+        clock = self.node.clock
         with self._idle_watch:
             while self.accepting:
-                now = trio.current_time()
+                now = clock.now()
                 if self._busy or self.gate.held:
                     # A turn is running; its end moves _idle_since, so look again one timeout on.
-                    await trio.sleep_until(now + idle_timeout)
+                    await clock.sleep_until(now + idle_timeout)
                 elif now >= self._idle_since + idle_timeout:
                     deadline = now + self.node.config.closing_timeout
                     self.begin_close(SpotCloseReason.IDLE_EVICTED, deadline, drain=True)
                     return
                 else:
-                    await trio.sleep_until(self._idle_since + idle_timeout)
+                    await clock.sleep_until(self._idle_since + idle_timeout)
 
     def _turn_started(self) -> None:
         self._busy += 1
 
     def _turn_ended(self) -> None:
         self._busy -= 1
-        self._idle_since = trio.current_time()
+        self._idle_since = self.node.clock.now()
 
     async def run_tick(self, method: str, tick: TimerTick) -> None:
         """The engine's ``on_tick``: run one tick as a turn under the gate, or on the timer's own
@@ -434,7 +438,7 @@ class Activation:
                 fence = self.node.fence
                 if not fence.serving:  # a turn starts only while the lease holds (MESH-21)
                     await fence.wait_serving()
-                late = expired(envelope, trio.current_time())
+                late = expired(envelope, self.node.clock.now())
                 if late is not None:  # nobody waits for it any more (envelope.py Rule 3)
                     self._fail_one(envelope, late)
                     return
@@ -470,7 +474,7 @@ class Activation:
         await self.gate.acquire()
         token = enter_turn(Turn(self.shared_gate))
         try:
-            with trio.move_on_at(self._closing.deadline):
+            with self.node.clock.scope_until(self._closing.deadline):
                 await self.node.fence.wait_serving()
                 await self._instance.on_closing(self._closing)
         except Exception:

@@ -57,7 +57,7 @@ async def create(
         )
     generated = spot_id is None
     target = SpotId(str(uuid.uuid4())) if spot_id is None else spot_id
-    with trio.move_on_at(trio.current_time() + time_limit):
+    with node.clock.scope_until(node.clock.now() + time_limit):
         return await _create(spots, target, generated, type_name, request)
     raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"creating {target} timed out")
 
@@ -170,7 +170,7 @@ async def close(spots: SpotCatalog[Activation], ref: SpotRef) -> bool:
     if current.members:
         # Closing would strand its members; they must leave first (SPOT-37).
         return False
-    deadline = trio.current_time() + node.config.closing_timeout
+    deadline = node.clock.now() + node.config.closing_timeout
     if not current.begin_close(SpotCloseReason.EXPLICIT_CLOSE, deadline, drain=True):
         raise ZLinkError(ErrorKind.UNAVAILABLE, f"{ref.spot_id} is already closing")
     turn = current_turn()

@@ -12,6 +12,8 @@ Rule 2: a tick is a turn. The engine's ``on_tick`` is the activation's ``run_tic
 when the activation makes its timers, so this module never names the activation), which takes
 the Spot gate like a message turn (activation.py), so a tick never runs beside a handler
 (TIMER-9) and the engine's serial ticks stay serial (TIMER-10).
+Rule 4: timers follow the host's application clock (engines/clock.py, VCLK-2), handed in with
+``run_tick``: Trio's clock in production, a test's own clock under ``zlink_trio.testing``.
 Rule 3: closing stops every timer first. ``stop_all`` runs when closing begins, before the gate is
 given to ``on_closing``: no new tick starts, a tick already waiting for the gate finds the Spot
 closing and returns without running, and a running tick ends normally or at the closing deadline
@@ -26,6 +28,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from zlink_trio._runtime.declarations.registry import SpotType
+from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.engines.timers import LogicalTimer, TimerTick
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import SpotId
@@ -43,8 +46,10 @@ class SpotTimers:
         spot_type: SpotType,
         spot_id: SpotId,
         run_tick: Callable[[str, TimerTick], Awaitable[None]],
+        clock: Clock,
     ) -> None:
         self._spot_type = spot_type
+        self._clock = clock
         self._spot_id = spot_id
         self._run_tick = run_tick
         self._running: dict[str, LogicalTimer] = {}
@@ -72,7 +77,7 @@ class SpotTimers:
         first) or the Spot is closing.
         """
         method = self._method(name)
-        timer = LogicalTimer(name, interval, options)
+        timer = LogicalTimer(name, interval, options, clock=self._clock)
         if self._stopped:
             raise ZLinkError(ErrorKind.INVALID_OPERATION, f"{self._spot_id} is closing")
         if name in self._running:
