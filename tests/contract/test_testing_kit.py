@@ -15,7 +15,14 @@ import pytest
 import trio
 
 import zlink_trio as zl
-from zlink_trio.testing import open_test_host, open_test_mesh, shared_store_folder
+from zlink_trio._integration.store import Missing
+from zlink_trio.testing import (
+    VirtualClock,
+    open_test_host,
+    open_test_mesh,
+    open_test_stores,
+    shared_store_folder,
+)
 
 app = zl.Application()
 handled: list[int] = []
@@ -283,3 +290,56 @@ async def test_the_ledger_counts_what_crosses_and_a_message_on_its_way_keeps_it_
         )
         out.received[first.node_rid] += 1
         await mesh.wait_quiet()
+
+
+@pytest.mark.spec("KIT-8")
+async def test_hosts_of_one_run_share_one_pool_that_outlives_them(store_dsn: str) -> None:
+    """Hosts given the run's pool use it and leave it open: a second host works after the first
+    closed, and the pool still answers after both."""
+    async with open_test_stores(store_dsn) as stores:
+        for number in range(2):
+            async with open_test_host(app, dsn=store_dsn, stores=stores) as host:
+                assert host.host._node.authority._store is stores.location  # the shared pool
+                await host.spots.get_or_create(f"room-{number}", "kit.Room").submit()
+                where = await host.route.request_to_spot(
+                    f"room-{number}", Ask(), reply_type=Where
+                ).submit()
+                assert host.node_rid.value == where.node_rid
+        assert isinstance(await stores.location.read("kit/absent"), Missing)
+
+
+ticks: list[float] = []
+
+
+@app.message("kit.Start")
+@attrs.frozen
+class Start:
+    pass
+
+
+@app.user_spot("kit.Ticker")
+class Ticker(zl.Spot):
+    @zl.packet_handler(Start)
+    async def start(self, msg: Start) -> None:
+        self.context.timers.start("t", 10)
+
+    @zl.timer_handler("t")
+    async def tick(self, tick: zl.TimerTick) -> None:
+        for _ in range(3):  # a tick that takes several passes of the scheduler to finish
+            await trio.lowlevel.checkpoint()
+        ticks.append(tick.scheduled_at)
+
+
+@pytest.mark.spec("KIT-9")
+async def test_a_test_host_on_a_virtual_clock_settles_with_its_barrier(store_dsn: str) -> None:
+    """The kit puts the host's wait_quiet in the clock's settle; advancing 30 s runs the three
+    ticks due by then, each to its end."""
+    ticks.clear()
+    clock = VirtualClock()
+    async with open_test_host(app, dsn=store_dsn, clock=clock) as host:
+        assert clock.settle == host.wait_quiet
+        await host.spots.get_or_create("ticker", "kit.Ticker").submit()
+        await host.route.send_to_spot("ticker", Start()).submit()
+        await host.wait_quiet()
+        await clock.advance(30)
+        assert [10.0, 20.0, 30.0] == ticks

@@ -12,7 +12,13 @@ ZeroMQ on 127.0.0.1, and this kit makes that cheap.
 """
 
 from zlink_trio.testing.clock import VirtualClock
-from zlink_trio.testing.hosts import TestHost, TestMesh, open_test_host, open_test_mesh
+from zlink_trio.testing.hosts import (
+    TestHost,
+    TestMesh,
+    open_test_host,
+    open_test_mesh,
+    open_test_stores,
+)
 from zlink_trio.testing.store import open_shared_store, shared_store, shared_store_folder
 
 __all__ = [
@@ -22,6 +28,7 @@ __all__ = [
     "open_shared_store",
     "open_test_host",
     "open_test_mesh",
+    "open_test_stores",
     "shared_store",
     "shared_store_folder",
 ]

@@ -25,14 +25,24 @@ from typing import Any
 import trio
 import trio.testing
 
+from zlink_trio._integration.store import StoreConfig, Stores, open_stores
 from zlink_trio._integration.transport.traffic import Traffic
 from zlink_trio._runtime.application.application import Application
 from zlink_trio._runtime.declarations.config import HostConfig
-from zlink_trio._runtime.host.host import Host, open_host
+from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock
+from zlink_trio._runtime.host.host import Host, open_host_on
 from zlink_trio._runtime.host.quiet import busy_parts
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
+from zlink_trio.testing.clock import VirtualClock
 
-__all__ = ["POLL", "TestHost", "TestMesh", "open_test_host", "open_test_mesh"]
+__all__ = [
+    "POLL",
+    "TestHost",
+    "TestMesh",
+    "open_test_host",
+    "open_test_mesh",
+    "open_test_stores",
+]
 
 POLL = 0.001
 """Seconds between two looks of the barrier while something is still busy (Rule 1)."""
@@ -132,15 +142,27 @@ def _traffic(host: TestHost) -> Traffic:
 
 @asynccontextmanager
 async def open_test_host(
-    app: Application, *, dsn: str | None = None, **config: Any
+    app: Application,
+    *,
+    dsn: str | None = None,
+    clock: Clock | None = None,
+    stores: Stores | None = None,
+    **config: Any,
 ) -> AsyncIterator[TestHost]:
     """``open_host(app, HostConfig(...))`` for a test: ``dsn`` is the store (``shared_store()``
     or ``ZLINK_STORE_DSN``), ``mesh`` defaults to a fresh ``test-<random>`` (KIT-2), and every
-    other keyword is a ``HostConfig`` field."""
+    other keyword is a ``HostConfig`` field. ``clock``: a ``VirtualClock`` for the host's
+    application time (VCLK-1); its ``settle`` becomes this host's ``wait_quiet`` unless set.
+    ``stores``: a pool opened by ``open_test_stores`` for hosts of one Trio run to share
+    (KIT-8)."""
     config.setdefault("mesh", f"test-{uuid.uuid4().hex[:12]}")
     host_config = HostConfig(store_dsn=dsn, **config)
-    async with open_host(app, host_config) as host:
+    async with open_host_on(
+        app, host_config, clock=TRIO_CLOCK if clock is None else clock, stores=stores
+    ) as host:
         tested = TestHost(host)
+        if isinstance(clock, VirtualClock) and clock.settle is None:
+            clock.settle = tested.wait_quiet
         others = _open.setdefault(host.mesh.value, [])
         for other in others:
             sent = _traffic(other).sent[host.node_rid]
@@ -174,11 +196,20 @@ class TestMesh:
 
 
 @asynccontextmanager
+async def open_test_stores(dsn: str | None = None) -> AsyncIterator[Stores]:
+    """One pool on the run's store for every test host of this Trio run (KIT-8): a host given
+    it starts without opening a pool, checking the schema and starting a listener of its own."""
+    async with open_stores(StoreConfig(dsn=dsn)) as stores:
+        yield stores
+
+
+@asynccontextmanager
 async def open_test_mesh(
     app: Application, *, hosts: int = 2, dsn: str | None = None, **config: Any
 ) -> AsyncIterator[TestMesh]:
     """``hosts`` hosts of one fresh mesh (or ``mesh=``), each a ``TestHost``; returns once each
-    lists every other's current run as a peer (KIT-4)."""
+    lists every other's current run as a peer (KIT-4). Other keywords as ``open_test_host``
+    (one ``clock`` is shared by all: its ``settle`` waits for the whole mesh)."""
     if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, got {hosts!r}")
     config.setdefault("mesh", f"test-{uuid.uuid4().hex[:12]}")

@@ -54,7 +54,7 @@ from functools import partial
 import trio
 
 from zlink_trio._exception_groups import sole_error
-from zlink_trio._integration.store import StoreConfig
+from zlink_trio._integration.store import StoreConfig, Stores
 from zlink_trio._integration.transport import MeshConfig, curve_public, new_curve_secret
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
@@ -149,11 +149,13 @@ def open_host(app: Application, config: HostConfig) -> AbstractAsyncContextManag
 
 @asynccontextmanager
 async def open_host_on(
-    app: Application, config: HostConfig, *, clock: Clock
+    app: Application, config: HostConfig, *, clock: Clock, stores: Stores | None = None
 ) -> AsyncIterator[Host]:
     """``open_host`` with ``clock`` as the host's application clock (VCLK-1): its timers and the
-    deadlines of its calls follow ``clock``, everything else Trio's clock. Internal: the
-    testing kit's entry (``zlink_trio.testing``)."""
+    deadlines of its calls follow ``clock``, everything else Trio's clock. With ``stores``, the
+    host uses those open stores (and leaves them open) instead of opening its own, so hosts of
+    one Trio run share one pool (KIT-8). Internal: the testing kit's entry
+    (``zlink_trio.testing``)."""
     if not isinstance(clock, Clock):
         raise TypeError(f"open_host_on takes a Clock, not {type(clock).__name__}")
     if not isinstance(app, Application):
@@ -180,7 +182,7 @@ async def open_host_on(
             interruption = Interruption(nursery)
             unwatch = watch_interrupts(interruption)
             tree = TaskTree(nursery)
-            stores = await nursery.start(tree.run_store, store_config)
+            stores = await nursery.start(tree.run_store, store_config, stores)
             dispatcher = CompletionDispatcher()
             await nursery.start(dispatcher.run)
             activations = await nursery.start(tree.run_activations)

@@ -62,10 +62,17 @@ class TaskTree:
     async def run_store(
         self,
         config: StoreConfig,
+        shared: Stores | None = None,
         *,
         task_status: trio.TaskStatus[Stores] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        """The host's stores until shutdown closes them; ``shared`` ones are used as they are
+        and left open for their owner (the testing kit's one pool per Trio run)."""
         try:
+            if shared is not None:
+                task_status.started(shared)
+                await self._close_store.wait()
+                return
             async with open_stores(config) as stores:
                 task_status.started(stores)
                 await self._close_store.wait()
