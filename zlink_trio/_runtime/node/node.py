@@ -9,9 +9,17 @@ this module. Its ``admitting`` flag is the single admission seal: every public o
 it first, so once shutdown has sealed it every new operation ends with ``SHUTTING_DOWN``
 (SHUT-4.6). The same check consults the run's ``fence`` (ownership/fence.py): a run whose lease
 is overdue admits nothing and refuses with ``UNAVAILABLE`` (MESH-21).
+
+A test can watch the host work (specs/testing.md KIT-6): ``set_trace(fn)`` makes ``trace`` a
+callable that the runtime tells, in one line each, of every message admitted (a Spot's or
+Actor's mailbox here, the transport's queue for a remote target), every turn's start and end
+(messages and timer ticks) and every delivered call outcome. Unset (``None``, the default) it
+costs each of those places one attribute read and formats nothing.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import trio
 
@@ -61,6 +69,13 @@ class LocalNode:
         self.admitting = True
         self.fence = fence
         """Whether this run's lease lets it serve (ownership/fence.py)."""
+        self.trace: Callable[[str], None] | None = None
+        """Told what the host does, one line per event, when set (``set_trace``)."""
+
+    def set_trace(self, trace: Callable[[str], None] | None) -> None:
+        """Report admissions, turns and call outcomes to ``trace`` (``None``: stop)."""
+        self.trace = trace
+        self.dispatcher.trace = trace
 
     def check_admitting(self) -> None:
         """Raise ``SHUTTING_DOWN`` once shutdown has sealed admission (SHUT-4.6), and

@@ -192,6 +192,8 @@ class Remote:
             if error.kind is ErrorKind.UNAVAILABLE:
                 self.forget(target)
             raise
+        if self._node.trace is not None:  # node.py: what a test watches
+            self._node.trace(f"admitted send {name} to {target} at {owner.node_rid} (remote)")
 
     async def request(
         self,
@@ -218,6 +220,8 @@ class Remote:
             remaining = deadline - trio.current_time()
             if remaining <= 0:
                 raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"the request to {target} timed out")
+            if self._node.trace is not None:  # node.py: what a test watches
+                self._node.trace(f"request {name} to {target} at {owner.node_rid} (remote)")
             reply = await mesh.request(
                 owner.node_rid,
                 operation_id=OperationId.new(),
@@ -230,6 +234,8 @@ class Remote:
                 on_submitted=on_submitted,
             )
         except ZLinkError as error:
+            if self._node.trace is not None:
+                self._node.trace(f"request to {target} failed: {error.kind.name} (remote)")
             if error.kind is ErrorKind.SHUTTING_DOWN and not self._settled:
                 # Not this host's shutdown (that settles through settle_all): the owner's. For
                 # a caller whose host runs on, the owner went away (ROUTE-10).
@@ -241,6 +247,8 @@ class Remote:
                 self.forget(target)
             raise
         value = self._node.registry.messages.decode(reply.reply_type, reply.payload)
+        if self._node.trace is not None:
+            self._node.trace(f"reply {reply.reply_type} from {target} (remote)")
         if not isinstance(value, reply_type):
             raise ZLinkError(
                 ErrorKind.PROTOCOL_ERROR,
