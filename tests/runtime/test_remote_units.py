@@ -200,6 +200,7 @@ class Scene:
             registry=SimpleNamespace(messages=Messages()),
             config=SimpleNamespace(node_lease=LEASE, max_message_bytes=limit),
             clock=TRIO_CLOCK,
+            trace=None,
         )
         self.remote = Remote(node, self.store, self.membership, lambda: self.load)  # type: ignore[arg-type]  # stand-ins
         self.remote.mesh = self.mesh  # type: ignore[assignment]  # a stand-in transport

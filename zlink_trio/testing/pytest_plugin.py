@@ -3,11 +3,13 @@
 
 Fixture ``zlink_store`` (session scope): the run's store (``shared_store()``), started on first
 use and left (the server stops with its last user) when the session ends; its ``open_host`` and
-``open_mesh`` open test hosts on it.
+``open_mesh`` open test hosts on it. The stateful harness's loop (``stateful.py``) stops when the
+session ends.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -38,6 +40,14 @@ class TestStore:
     ) -> AbstractAsyncContextManager[TestMesh]:
         """``open_test_mesh(app, hosts=hosts, dsn=self.dsn, **config)``."""
         return open_test_mesh(app, hosts=hosts, dsn=self.dsn, **config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the stateful harness's Trio loop (and leave the store it joined) with the session;
+    nothing to do when no test used it (``stateful`` is imported only then)."""
+    stateful = sys.modules.get("zlink_trio.testing.stateful")
+    if stateful is not None:
+        stateful.stop_harness_loop()
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,14 @@ from zlink_trio._runtime.declarations.values import (
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
 from zlink_trio._runtime.engines.mailbox import Mailbox
-from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, handler_failed, reply
+from zlink_trio._runtime.node.envelope import (
+    Envelope,
+    admitted,
+    expired,
+    fail_one,
+    handler_failed,
+    reply,
+)
 from zlink_trio._runtime.ownership.authority import Claim
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -176,12 +183,18 @@ class ActorActivation:
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
         self.mailbox.offer(envelope, f"Actor {self.actor_id}")
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, f"Actor {self.actor_id}"))
 
     def try_put(self, envelope: Envelope) -> bool:
         """``put`` without waiting: ``False`` when the queue is full."""
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
-        return self.mailbox.try_put(envelope, f"Actor {self.actor_id}")
+        if not self.mailbox.try_put(envelope, f"Actor {self.actor_id}"):
+            return False
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, f"Actor {self.actor_id}"))
+        return True
 
     async def put(self, envelope: Envelope) -> None:
         """Admit, waiting for room while the queue is full; a wait that the Actor's closing ends
@@ -190,6 +203,8 @@ class ActorActivation:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
         if not await self.mailbox.put(envelope):
             raise self.node.not_admitted(f"Actor {self.actor_id}")
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, f"Actor {self.actor_id}"))
 
     # --- the lane ------------------------------------------------------------------------------
 
@@ -230,6 +245,8 @@ class ActorActivation:
             self.node.jobs.release()
         turn = Turn(gate, actor=self)
         token = enter_turn(turn)
+        if self.node.trace is not None:
+            self.node.trace(f"turn {handler.name} of Actor {self.actor_id} starts")
         try:
             method = getattr(self.instance, handler.name)
             if handler.takes_context:
@@ -264,6 +281,8 @@ class ActorActivation:
                 reply(self.node.dispatcher, envelope.reply_route, handler, result, self._name())
             return [join for join in turn.joins if isinstance(join, DeferredJoin)]
         finally:
+            if self.node.trace is not None:
+                self.node.trace(f"turn {handler.name} of Actor {self.actor_id} ends")
             leave_turn(token)
             if gate is not None:
                 gate.release()

@@ -29,6 +29,8 @@ outcome is on the entry (``settled``) the moment it pops the slot. A waiter canc
 lane has run that completion asks ``claim()`` whether its cancellation can still take the slot;
 when another path took it first, the wait ends with that outcome instead of ``trio.Cancelled``,
 and the caller's next checkpoint raises the cancellation (CMP-9.1, CMP-17.7).
+Rule 7: a test may watch the completions: with ``trace`` set (``LocalNode.set_trace``) each
+delivered outcome is reported as one line; unset, delivering reads one attribute more.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import trio
 from zlink_trio._wire.ids import U64_MAX, ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["CompletionDispatcher", "Outcome", "PendingCall"]
+__all__ = ["CompletionDispatcher", "Outcome", "PendingCall", "describe"]
 
 _log = logging.getLogger("zlink_trio.runtime.completion")
 
@@ -139,6 +141,8 @@ class CompletionDispatcher:
         self._last_route = 0
         self._send, self._receive = trio.open_memory_channel[Callable[[], object]](math.inf)
         self._drained = trio.Event()
+        self.trace: Callable[[str], None] | None = None
+        """Told of each delivered outcome when set (Rule 7)."""
 
     @property
     def queued(self) -> int:
@@ -173,6 +177,8 @@ class CompletionDispatcher:
         entry knows its outcome at once (``settled``, Rule 6)."""
         entry.settled = outcome
         self.enqueue(lambda: entry.complete(outcome))
+        if self.trace is not None:
+            self.trace(f"call {entry.route.value} completed: {describe(outcome)}")
 
     def enqueue(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` later, in a fresh turn of the lane (CMP-11.2)."""
@@ -226,6 +232,13 @@ class CompletionDispatcher:
                             break
         finally:
             self._drained.set()
+
+
+def describe(outcome: Outcome) -> str:
+    """An outcome in a few words, for a trace (Rule 7): its error kind or its value's class."""
+    if outcome.error is not None:
+        return f"error {outcome.error.kind.name}"
+    return f"reply {type(outcome.value).__qualname__}"
 
 
 def shutting_down() -> ZLinkError:

@@ -27,7 +27,7 @@ from zlink_trio._runtime.engines.completion import CompletionDispatcher, Outcome
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["Envelope", "expired", "fail_one", "handler_failed", "reply"]
+__all__ = ["Envelope", "admitted", "expired", "fail_one", "handler_failed", "reply"]
 
 MAX_FAILURE_TEXT = 1024
 """Most characters of a raising handler's exception text that its caller's error carries."""
@@ -43,6 +43,14 @@ class Envelope:
     handler: Handler
     context: MessageContext
     reply_route: ReplyRouteId | None
+
+
+def admitted(envelope: Envelope, target: str) -> str:
+    """The trace line of ``envelope`` admitted into ``target``'s mailbox (node.py)."""
+    name = type(envelope.message).__qualname__
+    if envelope.reply_route is None:
+        return f"admitted send {name} to {target}"
+    return f"admitted request {name} (call {envelope.reply_route.value}) to {target}"
 
 
 def reply(

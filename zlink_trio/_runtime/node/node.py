@@ -11,9 +11,17 @@ it first, so once shutdown has sealed it every new operation ends with ``SHUTTIN
 is overdue admits nothing and refuses with ``UNAVAILABLE`` (MESH-21). Its ``clock`` is the
 host's application clock (engines/clock.py): every part reads application time from it, and
 Trio's clock only for the infrastructure (VCLK-1, VCLK-2).
+
+A test can watch the host work (specs/testing.md KIT-6): ``set_trace(fn)`` makes ``trace`` a
+callable that the runtime tells, in one line each, of every message admitted (a Spot's or
+Actor's mailbox here, the transport's queue for a remote target), every turn's start and end
+(messages and timer ticks) and every delivered call outcome. Unset (``None``, the default) it
+costs each of those places one attribute read and formats nothing.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import trio
 
@@ -67,6 +75,13 @@ class LocalNode:
         """Whether this run's lease lets it serve (ownership/fence.py)."""
         self.clock = clock
         """Application time: timers and the deadlines of calls follow it (VCLK-2)."""
+        self.trace: Callable[[str], None] | None = None
+        """Told what the host does, one line per event, when set (``set_trace``)."""
+
+    def set_trace(self, trace: Callable[[str], None] | None) -> None:
+        """Report admissions, turns and call outcomes to ``trace`` (``None``: stop)."""
+        self.trace = trace
+        self.dispatcher.trace = trace
 
     def check_admitting(self) -> None:
         """Raise ``SHUTTING_DOWN`` once shutdown has sealed admission (SHUT-4.6), and

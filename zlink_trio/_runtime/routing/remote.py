@@ -19,19 +19,16 @@ Rule 4: inbound work is delivered locally only; that side is ``inbound.py``.
 Rule 5: peers come from membership. The transport connects to a peer when its node record shows
 endpoints and disconnects when the record goes away (MESH-19); a call waits, within its deadline,
 for the route to a live owner to come up.
-Rule 7: a lost route is a gone owner until it comes back. When the transport's liveness
-reports a peer's route lost (silence past its window, a restart), calls to ids it owns end with
-``UNAVAILABLE`` at once instead of waiting out their deadline for a route, and the routing cache
-forgets it, so the next call resolves the owner again; a ``RouteUp`` lifts it (ROUTE-12).
-Rule 8: the janitor sweeps. Besides reclaiming what a peer left when it sees its ``PeerDown``,
-the janitor scans the mesh's records every ``SWEEP_LEASES`` leases and reclaims those of any
-owner run that is not live, so a record is not left for good when the host that removed its
-owner's node record died before reclaiming (GLOBAL-13).
+Rule 7: a lost route is a gone owner until it comes back. When the transport reports a peer's
+route lost (silence past its window, a restart), calls to ids it owns end ``UNAVAILABLE`` at
+once, and the cache forgets it, so the next call resolves again; ``RouteUp`` lifts it (ROUTE-12).
+Rule 8: the janitor sweeps: besides what a peer left at its ``PeerDown``, every ``SWEEP_LEASES``
+leases it reclaims the records of any owner run that is not live, so none is left for good when
+the host that removed the owner's node record died before reclaiming (GLOBAL-13).
 Rule 6: shutdown settles in-flight remote requests through the transport. ``settle_all`` ends
 every request pending in the RouteMesh, and those still waiting for a route, with
 ``SHUTTING_DOWN``, so a remote request needs no cancel scope of its own.
-Rule 9: a message to a peer is bounded by the peer's message limit too (limits.py, MSG-6),
-checked once its route is up, before it is queued.
+Rule 9: a message to a peer is bounded by the peer's limit too, once its route is up (MSG-6).
 """
 
 from __future__ import annotations
@@ -201,6 +198,8 @@ class Remote:
             if error.kind is ErrorKind.UNAVAILABLE:
                 self.forget(target)
             raise
+        if self._node.trace is not None:  # node.py: what a test watches
+            self._node.trace(f"admitted send {name} to {target} at {owner.node_rid} (remote)")
 
     async def request(
         self,
@@ -231,6 +230,8 @@ class Remote:
             trio_time = clock.trio_time
             reply = None
             if remaining > 0:
+                if self._node.trace is not None:  # node.py: what a test watches
+                    self._node.trace(f"request {name} to {target} at {owner.node_rid} (remote)")
                 with _NO_SCOPE if trio_time else clock.scope_until(deadline):
                     reply = await mesh.request(
                         owner.node_rid,
@@ -247,6 +248,8 @@ class Remote:
             if reply is None:
                 raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"the request to {target} timed out")
         except ZLinkError as error:
+            if self._node.trace is not None:
+                self._node.trace(f"request to {target} failed: {error.kind.name} (remote)")
             if error.kind is ErrorKind.SHUTTING_DOWN and not self._settled:
                 # Not this host's shutdown (that settles through settle_all): the owner's. For
                 # a caller whose host runs on, the owner went away (ROUTE-10).
@@ -258,6 +261,8 @@ class Remote:
                 self.forget(target)
             raise
         value = self._node.registry.messages.decode(reply.reply_type, reply.payload)
+        if self._node.trace is not None:
+            self._node.trace(f"reply {reply.reply_type} from {target} (remote)")
         if not isinstance(value, reply_type):
             raise ZLinkError(
                 ErrorKind.PROTOCOL_ERROR,
@@ -332,30 +337,26 @@ class Remote:
                     self._owner_gone(event.rid)
 
     def _owner_gone(self, owner: NodeRid) -> None:
-        """``owner`` left or its route is lost: the cache forgets what it owned (Rule 1) and
-        every pause it sent is lifted (credit.py Rule 2)."""
+        """``owner`` left or lost its route: forget what it owned (Rule 1), lift its pauses."""
         self.credits.drop_owner(owner)
         for target, cached in list(self._cache.items()):
             if cached.node_rid == owner:
                 del self._cache[target]
 
     def _is_janitor(self) -> bool:
-        """Whether this host reclaims what a departed peer left: the live member with the
-        smallest RID, as this host sees the mesh (one host does it, the others need not)."""
+        """Whether this host reclaims what peers left: the live member with the smallest RID."""
         own = self._node.node_rid.value
         return all(own < rid.value for rid in self._membership.peers())
 
     async def _sweep_loop(self) -> None:
-        """Every ``SWEEP_LEASES`` leases the janitor reclaims what any dead run left, also when
-        no ``PeerDown`` was seen for it (its remover died first, Rule 8)."""
+        """Every ``SWEEP_LEASES`` leases the janitor reclaims what dead runs left (Rule 8)."""
         while True:
             await trio.sleep(SWEEP_LEASES * self._node.config.node_lease)
             if self._is_janitor():
                 await self._reclaim(None)
 
     async def _reclaim(self, owner: NodeRid | None) -> None:
-        """Delete the records ``owner`` (any owner, for ``None``) left that nobody took over
-        (authority.py Rule 6)."""
+        """Delete what ``owner`` (any, for ``None``) left and nobody took (authority.py R. 6)."""
         try:
             removed = await self._node.authority.reclaim(owner)
         except ZLinkError as error:

@@ -79,7 +79,14 @@ from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
 from zlink_trio._runtime.engines.mailbox import Mailbox
 from zlink_trio._runtime.engines.timers import TimerTick
-from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, handler_failed, reply
+from zlink_trio._runtime.node.envelope import (
+    Envelope,
+    admitted,
+    expired,
+    fail_one,
+    handler_failed,
+    reply,
+)
 from zlink_trio._runtime.ownership.authority import Claim, Held
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.timers import SpotTimers
@@ -178,6 +185,8 @@ class Activation:
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
         self.mailbox.offer(envelope, f"Spot {self.spot_id}")
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, self.traced_name()))
 
     async def put(self, envelope: Envelope) -> None:
         """Put ``envelope`` in the mailbox, waiting for room while it is full; a wait that the
@@ -188,12 +197,23 @@ class Activation:
             await self.mailbox.put(envelope)
         ):
             raise self.node.not_admitted(f"Spot {self.spot_id}")
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, self.traced_name()))
 
     def try_put(self, envelope: Envelope) -> bool:
         """``put`` without waiting: ``False`` when the mailbox is full."""
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
-        return self.mailbox.try_put(envelope, f"Spot {self.spot_id}")
+        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}"):
+            return False
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, self.traced_name()))
+        return True
+
+    def traced_name(self) -> str:
+        """``Spot <id>#<generation>`` for a trace line (node.py), ``#?`` while unclaimed."""
+        generation = "?" if self._claim is None else self._claim.record.generation.value
+        return f"Spot {self.spot_id}#{generation}"
 
     async def control_turn(self, callback: Callable[[Any], Awaitable[T]]) -> T:
         """Run ``callback(instance)`` as a turn of this Spot's direct and lifecycle lane: Actor
@@ -411,12 +431,16 @@ class Activation:
             await gate.acquire()
         token = enter_turn(Turn(self.shared_gate))
         self._turn_started()
+        if self.node.trace is not None:
+            self.node.trace(f"tick {method} of {self.traced_name()} starts")
         try:
             # A tick that got the gate after closing began does not start (TIMER-14, SPOT-43).
             await self.node.fence.wait_serving()
             if self.state is ActivationState.READY:
                 await getattr(self._instance, method)(tick)
         finally:
+            if self.node.trace is not None:
+                self.node.trace(f"tick {method} of {self.traced_name()} ends")
             self._turn_ended()
             leave_turn(token)
             if gate is not None:
@@ -427,6 +451,8 @@ class Activation:
         handler = envelope.handler
         token = enter_turn(Turn(self.shared_gate, on_yield))
         self._turn_started()
+        if self.node.trace is not None:
+            self.node.trace(f"turn {handler.name} of {self.traced_name()} starts")
         try:
             method = getattr(self._instance, handler.name)
             arguments = (
@@ -461,6 +487,8 @@ class Activation:
                     f"Spot {self.spot_id}",
                 )
         finally:
+            if self.node.trace is not None:
+                self.node.trace(f"turn {handler.name} of {self.traced_name()} ends")
             self._turn_ended()
             leave_turn(token)
             self.gate.release()

@@ -1,0 +1,317 @@
+"""The hypothesis stateful harness (specs/testing.md KIT-6, KIT-7). Needs hypothesis (the
+``test`` extra of zlink_trio); ``zlink_trio.testing`` imports this module only when its names
+are asked for.
+
+Theory of operation.
+
+Rule 1: one Trio loop serves every machine. It runs in one helper thread, started on first use
+and reused by every example of every machine of the process (a thread and a loop per example
+would cost more than a small example); it stops at the end of the pytest session (the kit's
+plugin) or at interpreter exit, whichever comes first, and a later use starts a new one.
+Rule 2: synchronous rules call async code through ``self.run(afn, *args)``: it runs in the loop
+under ``fail_after(step_timeout)`` and returns its result or raises its error. The calling
+thread waits for it at most ``step_timeout + GRACE`` seconds, so even a loop that stopped
+answering fails the step instead of hanging it.
+Rule 3: every example starts clean. ``__init__`` opens ``hosts`` hosts of a fresh mesh (KIT-2)
+on the run's store and holds them open in a task of the loop; ``teardown`` shuts them down and
+waits until that task has ended. The store is ``dsn`` when set, else ``ZLINK_STORE_DSN``, else
+the run's shared embedded server (KIT-1), which the loop keeps joined until it stops.
+Rule 4: a failure shows what the hosts did. Each host reports its admissions, turns and call
+outcomes (``LocalNode.set_trace``) into one deque of the last ``recent_events`` lines, with a
+line for each ``self.run``; ``teardown`` hands them to ``hypothesis.note``, which prints them
+under the failing (shrunk) example and nowhere else.
+Rule 5: scheduling is part of the example. The initialize rule ``seed_scheduling`` draws a seed
+and seeds Trio's scheduling random with it (``scheduling.py``), so different examples explore
+different task orders and a shrunk example replays its own; hypothesis restores the random after
+each example. Each later ``self.run`` seeds it again, from that seed and the step's number, as
+the step starts in the loop: the hosts' background tasks, woken by I/O between two steps, draw
+from the same random, and without the fresh seed those draws would shift every later step's order.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import concurrent.futures
+import contextlib
+import os
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar
+
+import trio
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from hypothesis.stateful import RuleBasedStateMachine, initialize
+
+from zlink_trio._integration.store import DSN_VARIABLE
+from zlink_trio._runtime.application.application import Application
+from zlink_trio.testing.hosts import TestHost, TestMesh, open_test_mesh
+from zlink_trio.testing.scheduling import trio_random
+from zlink_trio.testing.store import START_LIMIT, STOP_LIMIT, open_shared_store
+
+__all__ = ["GRACE", "HarnessLoop", "HostStateMachine", "harness_loop", "stop_harness_loop"]
+
+GRACE = 10.0
+"""Seconds the calling thread waits beyond a step's own timeout before it gives up (Rule 2)."""
+LOOP_START = 20.0
+SHUTDOWN_TIMEOUT = 60.0
+"""Seconds a teardown may take to shut the example's hosts down."""
+
+
+class HarnessLoop:
+    """One Trio loop in a helper thread, with a nursery for the tasks it holds (Rule 1)."""
+
+    def __init__(self) -> None:
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stop: trio.Event | None = None
+        self._ready = threading.Event()
+        self._dsn: str | None = None
+        self._dsn_lock = threading.Lock()
+        self.error: BaseException | None = None
+        """What ended the loop, if anything but ``stop()`` did."""
+        self._thread = threading.Thread(target=self._main, name="zlink-harness", daemon=True)
+
+    def _main(self) -> None:
+        async def serve() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            self._stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._ready.set()
+                await self._stop.wait()
+                nursery.cancel_scope.cancel()
+
+        try:
+            trio.run(serve)
+        except BaseException as error:  # kept for whoever calls next
+            self.error = error
+        finally:
+            self._token = None
+            self._ready.set()
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._ready.wait(LOOP_START) or self._token is None:
+            raise RuntimeError(f"the harness's Trio loop did not start: {self.error!r}")
+
+    @property
+    def alive(self) -> bool:
+        return self._token is not None and self._thread.is_alive()
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The loop's nursery: tasks that outlive one call (a test's hosts)."""
+        assert self._nursery is not None
+        return self._nursery
+
+    def call(
+        self,
+        afn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        timeout: float,
+        seed: str | None = None,
+    ) -> Any:
+        """``await afn(*args)`` in the loop under ``fail_after(timeout)``; its result or error
+        here. Waits at most ``timeout + GRACE`` seconds (Rule 2). ``seed``: Trio's scheduling
+        random is seeded with it as the call starts in the loop (Rule 5)."""
+        token = self._token
+        if token is None:
+            raise RuntimeError(f"the harness's Trio loop has stopped: {self.error!r}")
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        async def step() -> None:
+            if seed is not None:
+                trio_random().seed(seed)
+            try:
+                with trio.fail_after(timeout):
+                    result = await afn(*args)
+            except BaseException as error:
+                done.set_exception(error)
+                if isinstance(error, trio.Cancelled):
+                    raise  # the loop is stopping
+            else:
+                done.set_result(result)
+
+        token.run_sync_soon(self.nursery.start_soon, step)
+        try:
+            return done.result(timeout + GRACE)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(
+                f"the harness's Trio loop did not answer within {timeout + GRACE} s"
+            ) from None
+
+    def store_dsn(self) -> str:
+        """The run's shared store, joined once by this loop and left when it stops (Rule 3)."""
+        with self._dsn_lock:
+            if self._dsn is None:
+                self._dsn = self.call(self._join_store, timeout=START_LIMIT)
+            return self._dsn
+
+    async def _join_store(self) -> str:
+        async def hold(task_status: trio.TaskStatus[str]) -> None:
+            async with open_shared_store() as dsn:
+                task_status.started(dsn)
+                await trio.sleep_forever()
+
+        dsn: str = await self.nursery.start(hold)
+        return dsn
+
+    def stop(self) -> None:
+        """End the loop: cancel what it holds (a joined store leaves it), bounded."""
+        token, stop = self._token, self._stop
+        if token is not None and stop is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(stop.set)
+        self._thread.join(STOP_LIMIT + GRACE)
+
+
+_loop: HarnessLoop | None = None
+_loop_lock = threading.Lock()
+_registered = False
+
+
+def harness_loop() -> HarnessLoop:
+    """The process's harness loop, started on first use or after it stopped (Rule 1)."""
+    global _loop, _registered
+    with _loop_lock:
+        if _loop is None or not _loop.alive:
+            loop = HarnessLoop()
+            loop.start()
+            _loop = loop
+            if not _registered:
+                atexit.register(stop_harness_loop)
+                _registered = True
+        return _loop
+
+
+def stop_harness_loop() -> None:
+    """Stop the harness loop if one runs (the end of a pytest session, interpreter exit)."""
+    global _loop
+    with _loop_lock:
+        loop, _loop = _loop, None
+    if loop is not None:
+        loop.stop()
+
+
+class HostStateMachine(RuleBasedStateMachine):
+    """A hypothesis ``RuleBasedStateMachine`` whose every example runs on fresh zlink_trio
+    hosts (specs/testing.md KIT-6, KIT-7).
+
+    Set ``app`` (and optionally ``hosts``, ``host_config``, ``step_timeout``, ``dsn``,
+    ``recent_events``) on the subclass. Rules use ``self.host`` (the first ``TestHost``),
+    ``self.mesh`` (all of them), ``self.run(afn, *args)`` and ``self.wait_quiet()``. A subclass
+    that overrides ``teardown`` calls ``super().teardown()``."""
+
+    app: ClassVar[Application]
+    """The application every host of the example runs."""
+    hosts: ClassVar[int] = 1
+    """How many hosts of one mesh each example opens."""
+    host_config: ClassVar[Mapping[str, Any]] = {}
+    """``HostConfig`` fields for every host (``open_test_host`` keywords)."""
+    step_timeout: ClassVar[float] = 20.0
+    """Seconds one ``self.run`` may take before it fails with ``trio.TooSlowError``."""
+    dsn: ClassVar[str | None] = None
+    """The store; ``None``: ``ZLINK_STORE_DSN``, else the run's shared embedded server."""
+    recent_events: ClassVar[int] = 50
+    """How many of the last events a failing example reports."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: collections.deque[str] = collections.deque(maxlen=self.recent_events)
+        """The hosts' recent events, oldest first (Rule 4)."""
+        self._loop = harness_loop()
+        self._exit: trio.Event | None = None
+        self._ended: trio.Event | None = None
+        self._failure: BaseException | None = None
+        self._scheduling: int | None = None
+        self._steps = 0
+        self.mesh: TestMesh = self._loop.call(self._open, self._store(), timeout=SHUTDOWN_TIMEOUT)
+        self.host: TestHost = self.mesh[0]
+
+    def _store(self) -> str:
+        return self.dsn or os.environ.get(DSN_VARIABLE) or self._loop.store_dsn()
+
+    async def _open(self, dsn: str) -> TestMesh:
+        exit_, ended = trio.Event(), trio.Event()
+
+        async def hold(task_status: trio.TaskStatus[TestMesh]) -> None:
+            started = False
+            try:
+                config = dict(self.host_config)
+                async with open_test_mesh(self.app, hosts=self.hosts, dsn=dsn, **config) as mesh:
+                    for index, host in enumerate(mesh.hosts):
+                        prefix = f"host {index}: " if self.hosts > 1 else ""
+                        host.host._node.set_trace(self._tracer(prefix))
+                    task_status.started(mesh)
+                    started = True
+                    await exit_.wait()
+            except Exception as error:
+                if not started:
+                    raise  # nursery.start raises it to __init__
+                self._failure = error  # teardown raises it
+            finally:
+                ended.set()
+
+        mesh: TestMesh = await self._loop.nursery.start(hold)
+        self._exit, self._ended = exit_, ended
+        return mesh
+
+    def _tracer(self, prefix: str) -> Callable[[str], None]:
+        append = self.events.append
+        if not prefix:
+            return append
+        return lambda line: append(prefix + line)
+
+    def run(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """``await afn(*args)`` in the harness's Trio loop, within ``step_timeout``: its result,
+        or its exception raised here."""
+        self.events.append(f"run {getattr(afn, '__qualname__', afn)}")
+        self._steps += 1
+        seed = None if self._scheduling is None else f"{self._scheduling}/{self._steps}"
+        return self._loop.call(afn, *args, timeout=self.step_timeout, seed=seed)
+
+    def wait_quiet(self) -> None:
+        """Wait until every host of the example is quiet (``TestMesh.wait_quiet``, KIT-5)."""
+        self.run(self.mesh.wait_quiet)
+
+    @initialize(seed=st.integers(0, 2**32 - 1))
+    def seed_scheduling(self, seed: int) -> None:
+        """Seed Trio's scheduling order from the example (Rule 5)."""
+        self.events.append(f"scheduling seed {seed}")
+        self._scheduling = seed
+        trio_random().seed(seed)
+
+    def teardown(self) -> None:
+        """Shut the example's hosts down and wait for it; report the recent events (Rule 4)."""
+        recent = list(self.events)
+        try:
+            if self._exit is not None:
+                self._loop.call(self._close, timeout=SHUTDOWN_TIMEOUT)
+        finally:
+            with contextlib.suppress(InvalidArgument):  # teardown called outside a test
+                note(_Events(recent))
+            super().teardown()
+        if self._failure is not None:
+            raise self._failure
+
+    async def _close(self) -> None:
+        assert self._exit is not None
+        assert self._ended is not None
+        for host in self.mesh.hosts:
+            host.host._node.set_trace(None)
+        self._exit.set()
+        await self._ended.wait()
+
+
+class _Events:
+    """The recent events, formatted only when hypothesis prints them (``note`` calls repr)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def __repr__(self) -> str:
+        body = "\n".join(f"  {line}" for line in self.lines) or "  (none)"
+        return f"recent events of the hosts (oldest first):\n{body}"
