@@ -15,7 +15,9 @@ answering fails the step instead of hanging it.
 Rule 3: every example starts clean. ``__init__`` opens ``hosts`` hosts of a fresh mesh (KIT-2)
 on the run's store and holds them open in a task of the loop; ``teardown`` shuts them down and
 waits until that task has ended. The store is ``dsn`` when set, else ``ZLINK_STORE_DSN``, else
-the run's shared embedded server (KIT-1), which the loop keeps joined until it stops.
+the run's shared embedded server (KIT-1), which the loop keeps joined until it stops; the loop
+also keeps one pool per store for the hosts of every example (KIT-8), so a host starts without
+opening a pool of its own.
 Rule 4: a failure shows what the hosts did. Each host reports its admissions, turns and call
 outcomes (``LocalNode.set_trace``) into one deque of the last ``recent_events`` lines, with a
 line for each ``self.run``; ``teardown`` hands them to ``hypothesis.note``, which prints them
@@ -45,9 +47,9 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize
 
-from zlink_trio._integration.store import DSN_VARIABLE
+from zlink_trio._integration.store import DSN_VARIABLE, Stores
 from zlink_trio._runtime.application.application import Application
-from zlink_trio.testing.hosts import TestHost, TestMesh, open_test_mesh
+from zlink_trio.testing.hosts import TestHost, TestMesh, open_test_mesh, open_test_stores
 from zlink_trio.testing.scheduling import trio_random
 from zlink_trio.testing.store import START_LIMIT, STOP_LIMIT, open_shared_store
 
@@ -70,6 +72,8 @@ class HarnessLoop:
         self._ready = threading.Event()
         self._dsn: str | None = None
         self._dsn_lock = threading.Lock()
+        self._pools: dict[str, Stores] = {}
+        self._pools_lock: trio.Lock | None = None
         self.error: BaseException | None = None
         """What ended the loop, if anything but ``stop()`` did."""
         self._thread = threading.Thread(target=self._main, name="zlink-harness", daemon=True)
@@ -159,6 +163,25 @@ class HarnessLoop:
         dsn: str = await self.nursery.start(hold)
         return dsn
 
+    async def pool(self, dsn: str) -> Stores:
+        """The loop's pool on ``dsn`` for every example's hosts (KIT-8), opened on first use
+        and held until the loop stops. Called in the loop."""
+        if self._pools_lock is None:
+            self._pools_lock = trio.Lock()
+        async with self._pools_lock:
+            if dsn not in self._pools:
+
+                async def hold(task_status: trio.TaskStatus[Stores]) -> None:
+                    try:
+                        async with open_test_stores(dsn) as stores:
+                            task_status.started(stores)
+                            await trio.sleep_forever()
+                    finally:
+                        self._pools.pop(dsn, None)
+
+                self._pools[dsn] = await self.nursery.start(hold)
+            return self._pools[dsn]
+
     def stop(self) -> None:
         """End the loop: cancel what it holds (a joined store leaves it), bounded."""
         token, stop = self._token, self._stop
@@ -241,6 +264,7 @@ class HostStateMachine(RuleBasedStateMachine):
             started = False
             try:
                 config = dict(self.host_config)
+                config.setdefault("stores", await self._loop.pool(dsn))
                 async with open_test_mesh(self.app, hosts=self.hosts, dsn=dsn, **config) as mesh:
                     for index, host in enumerate(mesh.hosts):
                         prefix = f"host {index}: " if self.hosts > 1 else ""
