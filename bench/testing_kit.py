@@ -11,8 +11,11 @@ one Trio loop (as the hypothesis harness runs its examples).
 - example: a fresh host, then 25 steps on a counter Spot (get_or_create, sends, requests,
   close, get_or_create again) and the host's close, per example; beside it the bare cost of the
   same 25 steps as Trio tasks on memory channels, with a fresh ``trio.run`` per example.
+- hypothesis: ``--examples`` examples of 25 steps of a ``HostStateMachine`` over the counter
+  (the harness: a fresh host per example in its loop thread), total and per example.
 
-Targets (issue 13): start ≤ 20 ms, close ≤ 10 ms, an example of 25 steps ≤ 50 ms.
+Targets (issue 13): start ≤ 20 ms, close ≤ 10 ms, an example of 25 steps ≤ 50 ms, 200 examples
+of 25 steps in under 15 s.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ import time
 
 import attrs
 import trio
+from hypothesis import Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 
 import zlink_trio as zl
-from zlink_trio.testing import open_test_host, open_test_stores, shared_store
+from zlink_trio.testing import HostStateMachine, open_test_host, open_test_stores, shared_store
 
 app = zl.Application()
 
@@ -108,6 +114,45 @@ async def _bare_example() -> None:
         await send.aclose()
 
 
+class CounterMachine(HostStateMachine):
+    """The counter under hypothesis: create, add, read, close and create again."""
+
+    app = app
+    examples = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        CounterMachine.examples += 1
+        self.ref: zl.SpotRef | None = None
+        self.value = 0
+
+    @rule()
+    def create(self) -> None:
+        result = self.run(self.host.spots.get_or_create("c", "benchkit.Counter").submit)
+        if self.ref is None:
+            self.value = 0
+        self.ref = result.spot_ref
+
+    @precondition(lambda self: self.ref is not None)
+    @rule(amount=st.integers(1, 5))
+    def add(self, amount: int) -> None:
+        self.run(self.host.route.send_to_spot("c", Add(amount)).submit)
+        self.value += amount
+
+    @precondition(lambda self: self.ref is not None)
+    @rule()
+    def read(self) -> None:
+        call = self.host.route.request_to_spot("c", Get(), reply_type=Count)
+        assert Count(self.value) == self.run(call.submit)
+
+    @precondition(lambda self: self.ref is not None)
+    @rule()
+    def close(self) -> None:
+        assert self.ref is not None
+        assert self.run(self.host.spots.close, self.ref) is True
+        self.ref = None
+
+
 def _quantiles(values: list[float]) -> str:
     ordered = sorted(values)
     p50 = ordered[len(ordered) // 2] * 1000
@@ -157,9 +202,29 @@ def main(args: argparse.Namespace) -> None:
             trio.run(_bare_example)
             bare.append(time.perf_counter() - began)
         print(f"the same steps, bare trio.run each: {_quantiles(bare)}")
+        CounterMachine.dsn = dsn
+        CounterMachine.examples = 0
+        began = time.perf_counter()
+        run_state_machine_as_test(
+            CounterMachine,
+            settings=settings(
+                max_examples=args.examples,
+                stateful_step_count=STEPS,
+                deadline=None,
+                database=None,
+                phases=[Phase.generate],
+            ),
+        )
+        took = time.perf_counter() - began
+        ran = CounterMachine.examples
+        print(
+            f"hypothesis: {ran} examples of up to {STEPS} steps in {took:.1f} s, "
+            f"{took / ran * 1000:.1f} ms each  (target: 200 in under 15 s)"
+        )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--examples", type=int, default=200)
     main(parser.parse_args())
