@@ -42,16 +42,24 @@ class TestStore:
         return open_test_mesh(app, hosts=hosts, dsn=self.dsn, **config)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop the stateful harness's Trio loop (and leave the store it joined) with the session;
-    nothing to do when no test used it (``stateful`` is imported only then)."""
+def _stop_harness() -> None:
+    # Nothing to do when no test used the harness (``stateful`` is imported only then).
     stateful = sys.modules.get("zlink_trio.testing.stateful")
     if stateful is not None:
         stateful.stop_harness_loop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the stateful harness's Trio loop (and leave the store it joined) with the session."""
+    _stop_harness()
 
 
 @pytest.fixture(scope="session")
 def zlink_store() -> Iterator[TestStore]:
     """The store every test of the run shares; each test host keeps to a mesh of its own."""
     with shared_store() as dsn:
-        yield TestStore(dsn)
+        try:
+            yield TestStore(dsn)
+        finally:
+            # The harness's loop may hold a pool on this store: it goes before the store does.
+            _stop_harness()
