@@ -10,6 +10,7 @@ busy, so a barrier that times out can say why. Read-only, and only asked for by 
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from zlink_trio._runtime.actors.activation import ActorState
@@ -26,24 +27,21 @@ def busy_parts(host: Any) -> list[str]:
     node = host._node
     tree = host._tree
     parts: list[str] = []
-    if tree.spots is not None:
-        spots = [
-            f"Spot {a.spot_id} ({a.state.value}{', in a turn' if a.busy else ''})"
-            for a in tree.spots.live
-            if a.state is not ActivationState.READY or a.busy
-        ]
-        parts += _listed(spots)
-        if tree.spots.creating:
-            parts.append(f"{len(tree.spots.creating)} Spot creation(s) in flight")
-    if tree.actors is not None:
-        actors = [
-            f"Actor {a.actor_id} ({a.state.value}{', in a turn' if a.busy else ''})"
-            for a in tree.actors.live
-            if a.state is not ActorState.READY or a.busy
-        ]
-        parts += _listed(actors)
-        if tree.actors.creating:
-            parts.append(f"{len(tree.actors.creating)} Actor creation(s) in flight")
+    for kind, catalog, ready, id_of in (
+        ("Spot", tree.spots, ActivationState.READY, attrgetter("spot_id")),
+        ("Actor", tree.actors, ActorState.READY, attrgetter("actor_id")),
+    ):
+        if catalog is None:
+            continue
+        parts += _listed(
+            [
+                f"{kind} {id_of(a)} ({a.state.value}{', in a turn' if a.busy else ''})"
+                for a in catalog.live
+                if a.state is not ready or a.busy
+            ]
+        )
+        if catalog.creating:
+            parts.append(f"{len(catalog.creating)} {kind} creation(s) in flight")
     queued = node.config.app_job_queue_size - node.jobs.available
     if queued:
         parts.append(f"{queued} admitted message(s) wait for their turn")
