@@ -70,6 +70,13 @@ class Room(zl.Spot):
         return Where(self.context.ref.node_rid.value)
 
 
+@app.actor("kit.Waiter")
+class Waiter(zl.Actor):
+    @zl.packet_handler(Hold)
+    async def hold(self, msg: Hold) -> None:
+        await blocked.wait()
+
+
 @pytest.mark.spec("KIT-1")
 def test_the_shared_folder_is_per_user_unless_named() -> None:
     """The folder comes from ZLINK_TEST_STORE_DIR, else XDG_CACHE_HOME, else ~/.cache."""
@@ -343,3 +350,18 @@ async def test_a_test_host_on_a_virtual_clock_settles_with_its_barrier(store_dsn
         await host.wait_quiet()
         await clock.advance(30)
         assert [10.0, 20.0, 30.0] == ticks
+
+
+@pytest.mark.spec("KIT-5")
+async def test_an_actor_in_a_turn_keeps_the_host_busy(store_dsn: str) -> None:
+    """An Actor whose turn has not ended is named by the barrier, as a Spot is."""
+    global blocked
+    blocked = trio.Event()
+    async with open_test_host(app, dsn=store_dsn) as host:
+        await host.actors.create("waiter", "kit.Waiter").submit()
+        await host.route.send_to_actor("waiter", Hold()).submit()
+        with pytest.raises(TimeoutError) as caught:
+            await host.wait_quiet(timeout=0.3)
+        assert "Actor waiter (ready, in a turn)" in str(caught.value)
+        blocked.set()
+        await host.wait_quiet()
