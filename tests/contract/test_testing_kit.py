@@ -164,6 +164,7 @@ def test_the_plugin_is_registered_and_its_fixture_opens_hosts(
     test_file.write_text(
         textwrap.dedent(
             """
+            import pytest
             import zlink_trio as zl
 
             app = zl.Application()
@@ -177,6 +178,14 @@ def test_the_plugin_is_registered_and_its_fixture_opens_hosts(
                     await host.spots.get_or_create("r", "user.Room").submit()
                     await host.wait_quiet()
                     assert host.mesh.value.startswith("test-")
+
+            @pytest.fixture
+            def zlink_app():
+                return app
+
+            async def test_with_the_host_fixture(zlink_host):
+                await zlink_host.spots.get_or_create("r", "user.Room").submit()
+                assert zlink_host.mesh.value.startswith("test-")
             """
         )
     )
@@ -203,7 +212,34 @@ def test_the_plugin_is_registered_and_its_fixture_opens_hosts(
         check=False,
     )
     assert 0 == result.returncode, result.stdout + result.stderr
-    assert "1 passed" in result.stdout
+    assert "2 passed" in result.stdout
+    # Without a zlink_app fixture, zlink_host says what to define instead of guessing.
+    lonely = tmp_path / "lonely" / "test_lonely.py"
+    lonely.parent.mkdir()
+    lonely.write_text("async def test_it(zlink_host):\n    pass\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "trio_mode=true",
+            "--rootdir",
+            str(lonely.parent),
+            str(lonely),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=lonely.parent,
+        timeout=120,
+        check=False,
+    )
+    assert 0 != result.returncode
+    assert "define a fixture `zlink_app`" in result.stdout + result.stderr
 
 
 @pytest.mark.spec("KIT-4")

@@ -3,14 +3,16 @@
 
 Fixture ``zlink_store`` (session scope): the run's store (``shared_store()``), started on first
 use and left (the server stops with its last user) when the session ends; its ``open_host`` and
-``open_mesh`` open test hosts on it. The stateful harness's loop (``stateful.py``) stops when the
-session ends.
+``open_mesh`` open test hosts on it. Fixture ``zlink_host``: a test host of the application the
+test's ``zlink_app`` fixture returns (define ``zlink_app`` in your conftest.py or test module),
+in a mesh of its own, shut down after the test. The stateful harness's loop (``stateful.py``)
+stops when the session ends.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -20,7 +22,7 @@ from zlink_trio._runtime.application.application import Application
 from zlink_trio.testing.hosts import TestHost, TestMesh, open_test_host, open_test_mesh
 from zlink_trio.testing.store import shared_store
 
-__all__ = ["TestStore", "zlink_store"]
+__all__ = ["TestStore", "zlink_app", "zlink_host", "zlink_store"]
 
 
 class TestStore:
@@ -63,3 +65,19 @@ def zlink_store() -> Iterator[TestStore]:
         finally:
             # The harness's loop may hold a pool on this store: it goes before the store does.
             _stop_harness()
+
+
+@pytest.fixture
+def zlink_app() -> Application:
+    """The application ``zlink_host`` runs: override this fixture with your own."""
+    raise pytest.UsageError(
+        "zlink_host needs your application: define a fixture `zlink_app` that returns your "
+        "zl.Application (in conftest.py or the test module)"
+    )
+
+
+@pytest.fixture
+async def zlink_host(zlink_store: TestStore, zlink_app: Application) -> AsyncIterator[TestHost]:
+    """A test host of ``zlink_app`` on the run's store, in a mesh of its own (KIT-2)."""
+    async with zlink_store.open_host(zlink_app) as host:
+        yield host
