@@ -9,6 +9,10 @@ hosts. A request from a host to a Spot is answered only after every earlier send
 to that Spot was handled (both travel the same connection in order and the Spot's mailbox is
 FIFO), which the model uses as a flush before it checks that nothing was lost.
 
+The model is a ``zlink_trio.testing.HostStateMachine`` with two hosts (specs/testing.md KIT-6,
+KIT-11): each example opens both in a fresh mesh and they meet before the first rule; a restart
+is the kit's ``restart_host``; teardown shuts both down.
+
 Reproduce a failure with ``ZLINK_MESH_MODEL_SEED=<seed>``; ``ZLINK_MESH_MODEL_EXAMPLES`` and
 ``ZLINK_MESH_MODEL_STEPS`` change the run's size.
 """
@@ -18,7 +22,8 @@ from __future__ import annotations
 import os
 import random
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import ClassVar
 
 import attrs
 import pytest
@@ -26,7 +31,6 @@ import trio
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     get_state_machine_test,
     initialize,
     invariant,
@@ -35,6 +39,7 @@ from hypothesis.stateful import (
 )
 
 import zlink_trio as zl
+from zlink_trio.testing import HostStateMachine
 
 EXAMPLES = int(os.environ.get("ZLINK_MESH_MODEL_EXAMPLES", "15"))
 STEPS = int(os.environ.get("ZLINK_MESH_MODEL_STEPS", "12"))
@@ -109,53 +114,22 @@ class Live:
             assert got == expected, (self.key, sender, got, seqs)
 
 
-class TwoHosts(RuleBasedStateMachine):
-    loop: Any  # the trio_thread fixture (tests/conftest.py)
-    store_dsn: str
+class TwoHosts(HostStateMachine):
+    app = app
+    hosts = 2
+    host_config: ClassVar[Mapping[str, object]] = {"closing_timeout": 1.0}
+    step_timeout = WAIT
 
     def __init__(self) -> None:
-        super().__init__()
         handled.clear()
         stray.clear()
-        self.mesh = f"mm-{uuid.uuid4().hex[:8]}"
+        super().__init__()
         self.prefix = uuid.uuid4().hex[:6]
-        self.hosts: list[zl.Host] = []
-        self.exits: list[trio.Event] = []
         self.live: dict[str, Live] = {}
         self.generations: dict[str, int] = {}
         self.sequence = 0
-        for _ in range(2):
-            host, exit_ = self.loop.run(self._open)
-            self.hosts.append(host)
-            self.exits.append(exit_)
-        self.loop.run(self._meet)
 
     # -- plumbing ------------------------------------------------------------------------------
-
-    async def _open(self) -> tuple[zl.Host, trio.Event]:
-        config = zl.HostConfig(mesh=self.mesh, store_dsn=self.store_dsn, closing_timeout=1.0)
-        exit_ = trio.Event()
-
-        async def hold_open(task_status: trio.TaskStatus[zl.Host]) -> None:
-            async with zl.open_host(app, config) as host:
-                task_status.started(host)
-                await exit_.wait()
-
-        assert self.loop.nursery is not None
-        host: zl.Host = await self.loop.nursery.start(hold_open)
-        return host, exit_
-
-    async def _meet(self) -> None:
-        """Wait until each host lists the other's current run among its peers."""
-        with trio.fail_after(WAIT):
-            for index in range(2):
-                host, other = self.hosts[index], self.hosts[1 - index]
-                membership = host._tree.membership  # the host's view of its peers (internal)
-                assert membership is not None
-                events = membership.subscribe()  # replays every peer already known
-                async with events:
-                    while host.peers.get(other.node_rid) != other.node_generation:
-                        await events.receive()
 
     def _spot(self, spot_id: str) -> str:
         return f"{self.prefix}-{spot_id}"
@@ -164,22 +138,15 @@ class TwoHosts(RuleBasedStateMachine):
         self.sequence += 1
         return self.sequence
 
-    def _call(self, afn: Any, *args: object) -> Any:
-        async def bounded() -> Any:
-            with trio.fail_after(WAIT):
-                return await afn(*args)
-
-        return self.loop.run(bounded)
-
     def _flush(self, live: Live) -> None:
         """A request from each sender's host: answered only after its earlier sends ran."""
         for index in range(2):
             number = self._next()
-            call = self.hosts[index].route.request_to_spot(
+            call = self.mesh[index].route.request_to_spot(
                 live.ref.spot_id, Ask(number), reply_type=Answer
             )
-            answer = self._call(call.timeout(10).submit)
-            assert Answer(number, self.hosts[live.owner].node_rid.value) == answer
+            answer = self.run(call.timeout(10).submit)
+            assert Answer(number, self.mesh[live.owner].node_rid.value) == answer
 
     # -- rules ---------------------------------------------------------------------------------
 
@@ -189,8 +156,8 @@ class TwoHosts(RuleBasedStateMachine):
 
     @rule(spot_id=st.sampled_from(SPOT_IDS), via=st.integers(0, 1))
     def get_or_create(self, spot_id: str, via: int) -> None:
-        host = self.hosts[via]
-        result = self._call(host.spots.get_or_create(self._spot(spot_id), "meshmodel.Room").submit)
+        host = self.mesh[via]
+        result = self.run(host.spots.get_or_create(self._spot(spot_id), "meshmodel.Room").submit)
         live = self.live.get(spot_id)
         if live is not None:
             assert zl.SpotCreateStatus.EXISTING == result.status
@@ -200,14 +167,14 @@ class TwoHosts(RuleBasedStateMachine):
         generation = result.spot_ref.object_generation.value
         assert generation > self.generations.get(spot_id, 0), "generations only grow"
         self.generations[spot_id] = generation
-        owner = [h.node_rid for h in self.hosts].index(result.spot_ref.node_rid)
+        owner = [h.node_rid for h in self.mesh.hosts].index(result.spot_ref.node_rid)
         self.live[spot_id] = Live(result.spot_ref, owner)
 
     @rule(
         spot_id=st.sampled_from(SPOT_IDS), sender=st.sampled_from(SENDERS), count=st.integers(1, 4)
     )
     def send(self, spot_id: str, sender: str, count: int) -> None:
-        host = self.hosts[SENDERS.index(sender)]
+        host = self.mesh[SENDERS.index(sender)]
         live = self.live.get(spot_id)
         for _ in range(count):
             seq = self._next()
@@ -218,7 +185,7 @@ class TwoHosts(RuleBasedStateMachine):
                 # NOT_FOUND. A completed one may reach a later incarnation of the id, once.
                 kind = None
                 try:
-                    self._call(call.submit)
+                    self.run(call.submit)
                 except zl.ZLinkError as error:
                     kind = error.kind
                 if kind is None:
@@ -226,7 +193,7 @@ class TwoHosts(RuleBasedStateMachine):
                 else:
                     assert zl.ErrorKind.NOT_FOUND == kind
                 continue
-            assert self._call(call.submit) is None  # completes at admission, here or remote
+            assert self.run(call.submit) is None  # completes at admission, here or remote
             live.sent.setdefault(sender, []).append(seq)
 
     @precondition(lambda self: bool(self.live))
@@ -238,7 +205,7 @@ class TwoHosts(RuleBasedStateMachine):
         plan = {sender: [self._next() for _ in range(count)] for sender in SENDERS}
 
         async def sender(name: str, seqs: list[int]) -> None:
-            host = self.hosts[SENDERS.index(name)]
+            host = self.mesh[SENDERS.index(name)]
             for seq in seqs:
                 await host.route.send_to_spot(self._spot(spot_id), Note(name, seq)).submit()
 
@@ -247,24 +214,24 @@ class TwoHosts(RuleBasedStateMachine):
                 for name, seqs in plan.items():
                     nursery.start_soon(sender, name, seqs)
 
-        self._call(both)
+        self.run(both)
         for name, seqs in plan.items():
             live.sent.setdefault(name, []).extend(seqs)
 
     @rule(spot_id=st.sampled_from(SPOT_IDS), via=st.integers(0, 1))
     def request(self, spot_id: str, via: int) -> None:
         number = self._next()
-        call = self.hosts[via].route.request_to_spot(
+        call = self.mesh[via].route.request_to_spot(
             self._spot(spot_id), Ask(number), reply_type=Answer
         )
         live = self.live.get(spot_id)
         if live is None:
             with pytest.raises(zl.ZLinkError) as caught:
-                self._call(call.timeout(10).submit)
+                self.run(call.timeout(10).submit)
             assert zl.ErrorKind.NOT_FOUND == caught.value.kind
             return
-        answer = self._call(call.timeout(10).submit)
-        assert Answer(number, self.hosts[live.owner].node_rid.value) == answer
+        answer = self.run(call.timeout(10).submit)
+        assert Answer(number, self.mesh[live.owner].node_rid.value) == answer
 
     @precondition(lambda self: bool(self.live))
     @rule(data=st.data())
@@ -274,30 +241,22 @@ class TwoHosts(RuleBasedStateMachine):
         live = self.live.pop(spot_id)
         self._flush(live)
         live.check(complete_for=set(SENDERS))
-        owner = self.hosts[live.owner]
-        assert self._call(owner.spots.close, live.ref) is True
+        owner = self.mesh[live.owner]
+        assert self.run(owner.spots.close, live.ref) is True
 
     @rule(index=st.integers(0, 1))
     def restart(self, index: int) -> None:
         """Shut one host down and start it again as a new run: its Spots are gone (calls to
         them end NOT_FOUND), the other host's keep serving, and the two meet again."""
-        old = self.hosts[index]
+        old = self.mesh[index]
         for spot_id, live in list(self.live.items()):
             if live.owner == index:
                 self._flush(live)
                 live.check(complete_for=set(SENDERS))
                 del self.live[spot_id]
-        self._call(old.shutdown)
-        self.loop.run(self._set, self.exits[index])
-        host, exit_ = self.loop.run(self._open)
-        assert host.node_generation != old.node_generation
-        self.hosts[index] = host
-        self.exits[index] = exit_
-        self.loop.run(self._meet)
-
-    @staticmethod
-    async def _set(event: trio.Event) -> None:
-        event.set()
+        new = self.restart_host(index)
+        assert new.node_generation != old.node_generation
+        assert new is self.mesh[index]
 
     # -- invariants ----------------------------------------------------------------------------
 
@@ -307,23 +266,20 @@ class TwoHosts(RuleBasedStateMachine):
             live.check(complete_for=set())
 
     def teardown(self) -> None:
-        for live in self.live.values():
-            self._flush(live)
-            live.check(complete_for=set(SENDERS))
-        for host, exit_ in zip(self.hosts, self.exits, strict=True):
-            self._call(host.shutdown)
-            self.loop.run(self._set, exit_)
+        try:
+            for live in self.live.values():
+                self._flush(live)
+                live.check(complete_for=set(SENDERS))
+        finally:
+            super().teardown()  # shuts both hosts down
 
 
 @pytest.mark.spec("ROUTE-1", "ROUTE-2", "MESH-18", "SPOT-89")
-def test_random_operations_on_two_hosts_keep_routing_and_order(
-    store_dsn: str, trio_thread: Any
-) -> None:
+def test_random_operations_on_two_hosts_keep_routing_and_order(store_dsn: str) -> None:
     """Random creates, sends, requests, closes and restarts across two hosts."""
     chosen = int(os.environ.get("ZLINK_MESH_MODEL_SEED") or random.randrange(2**32))
     print(f"mesh model seed: {chosen} (rerun with ZLINK_MESH_MODEL_SEED={chosen})")
-    TwoHosts.loop = trio_thread
-    TwoHosts.store_dsn = store_dsn
+    TwoHosts.dsn = store_dsn
     run = get_state_machine_test(
         TwoHosts,
         settings=settings(

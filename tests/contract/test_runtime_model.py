@@ -2,10 +2,12 @@
 cancellation, Actors joining and leaving, close and shutdown in random order (specs/completion.md,
 specs/spots.md, specs/actors.md, specs/shutdown.md, specs/identifiers.md).
 
-The model drives a Trio loop that runs in a helper thread (DESIGN §3: hypothesis-trio does not
-work with current hypothesis): every rule calls ``trio.from_thread.run(afn, trio_token=...)``.
-One loop serves the whole test; each example opens its own host in a fresh mesh against the
-session's store and shuts it down in ``teardown``, so every example ends with a real shutdown.
+The model is a ``zlink_trio.testing.HostStateMachine`` (specs/testing.md KIT-6, KIT-11): the
+kit's Trio loop runs in a helper thread (DESIGN §3: hypothesis-trio does not work with current
+hypothesis) and every rule calls ``self.run(afn, *args)``; requests that wait across steps are
+the example's background tasks (``self.start_soon``). Each example gets its own host in a fresh
+mesh on the session's store; the model's ``teardown`` shuts it down itself and checks how every
+call ended, so every example ends with a real shutdown.
 
 Reproducing a failure: the seed is printed (shown by pytest on failure); run
 ``ZLINK_MODEL_SEED=<seed> pytest tests/contract/test_runtime_model.py``. The hypothesis example
@@ -18,8 +20,8 @@ from __future__ import annotations
 import os
 import random
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import ClassVar
 
 import attrs
 import pytest
@@ -28,7 +30,6 @@ import trio.testing
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     get_state_machine_test,
     initialize,
     invariant,
@@ -37,11 +38,12 @@ from hypothesis.stateful import (
 )
 
 import zlink_trio as zl
+from zlink_trio.testing import HostStateMachine
 
 EXAMPLES = int(os.environ.get("ZLINK_MODEL_EXAMPLES", "200"))
 STEPS = int(os.environ.get("ZLINK_MODEL_STEPS", "10"))
 WAIT = 20.0
-"""Upper bound of any wait on an event inside the loop; reaching it is a failure, not a pause."""
+"""Upper bound of any step (``step_timeout``); reaching it is a failure, not a pause."""
 SPOT_IDS = ("a", "b", "c")
 ACTOR_NAMES = ("x", "y")
 MISSING = ("NOT_FOUND", "DEADLINE_EXCEEDED")
@@ -259,16 +261,17 @@ def outcome_of(error: zl.ZLinkError) -> str:
     return error.kind.name
 
 
-class HostModel(RuleBasedStateMachine):
+class HostModel(HostStateMachine):
     """One host under random creates, sends, requests, timeouts, cancels, closes and shutdown."""
 
-    loop: Any  # the trio_thread fixture (tests/conftest.py)
-    store_dsn: str
+    app = app
+    host_config: ClassVar[Mapping[str, object]] = {"closing_timeout": 0.05}
+    step_timeout = WAIT
 
     def __init__(self) -> None:
-        super().__init__()
         global world
         world = World()
+        super().__init__()
         self.calls: list[Call] = []
         self.live: dict[str, Live] = {}
         self.generations: dict[str, int] = {}
@@ -278,24 +281,8 @@ class HostModel(RuleBasedStateMachine):
         self.actors: dict[str, str | None] = {}
         """Model actor name -> the Spot id it is a member of (``None``: the Entry Spot)."""
         self.actor_sent: dict[str, dict[str, list[int]]] = {}
-        self.exit = trio.Event()
-        self.host: zl.Host = self.loop.run(self._open)
 
     # -- plumbing ------------------------------------------------------------------------------
-
-    async def _open(self) -> zl.Host:
-        config = zl.HostConfig(
-            mesh=f"m-{uuid.uuid4().hex[:8]}", store_dsn=self.store_dsn, closing_timeout=0.05
-        )
-        assert self.loop.nursery is not None
-
-        async def hold_open(task_status: trio.TaskStatus[zl.Host]) -> None:
-            async with zl.open_host(app, config) as host:
-                task_status.started(host)
-                await self.exit.wait()
-
-        host: zl.Host = await self.loop.nursery.start(hold_open)
-        return host
 
     def _next(self) -> int:
         self.sequence += 1
@@ -325,20 +312,17 @@ class HostModel(RuleBasedStateMachine):
 
     def _start(self, call: Call, submit: Callable[[], Awaitable[object]]) -> None:
         self.calls.append(call)
-
-        async def spawn() -> None:
-            assert self.loop.nursery is not None
-            self.loop.nursery.start_soon(self._settle, call, submit)
-            await trio.testing.wait_all_tasks_blocked()  # the request is admitted and waiting
-
-        self.loop.run(spawn)
+        self.start_soon(self._settle, call, submit)
+        self.run(trio.testing.wait_all_tasks_blocked)  # the request is admitted and waiting
 
     def _release(self, holds: list[int]) -> None:
-        def release() -> None:
-            for number in holds:
+        numbers = list(holds)
+
+        async def release() -> None:
+            for number in numbers:
                 world.holds[number].set()
 
-        trio.from_thread.run_sync(release, trio_token=self.loop.token)
+        self.run(release)
         holds.clear()
 
     # -- rules ---------------------------------------------------------------------------------
@@ -350,7 +334,7 @@ class HostModel(RuleBasedStateMachine):
 
     @rule(spot_id=st.sampled_from(SPOT_IDS))
     def get_or_create(self, spot_id: str) -> None:
-        result = self.loop.run(self.host.spots.get_or_create(spot_id, "model.Room").submit)
+        result = self.run(self.host.spots.get_or_create(spot_id, "model.Room").submit)
         if spot_id in self.live:
             assert zl.SpotCreateStatus.EXISTING == result.status
             assert self.live[spot_id].ref == result.spot_ref
@@ -363,7 +347,7 @@ class HostModel(RuleBasedStateMachine):
 
     @rule()
     def create(self) -> None:
-        result = self.loop.run(self.host.spots.create("model.Room").submit)
+        result = self.run(self.host.spots.create("model.Room").submit)
         assert zl.SpotCreateStatus.CREATED == result.status
         spot_id = result.spot_ref.spot_id.value
         assert spot_id not in self.generations
@@ -393,10 +377,10 @@ class HostModel(RuleBasedStateMachine):
             call = self.host.route.send_to_spot(spot_id, Note(sender, seq))
             if spot_id not in self.live:
                 with pytest.raises(zl.ZLinkError) as caught:
-                    self.loop.run(call.submit)
+                    self.run(call.submit)
                 assert zl.ErrorKind.NOT_FOUND == caught.value.kind
                 continue
-            assert self.loop.run(call.submit) is None  # complete at admission (CMP-4.4)
+            assert self.run(call.submit) is None  # complete at admission (CMP-4.4)
             self.live[spot_id].sent.setdefault(sender, []).append(seq)
 
     @precondition(lambda self: bool(self.live))
@@ -412,12 +396,11 @@ class HostModel(RuleBasedStateMachine):
                 assert await self.host.route.send_to_spot(spot_id, Note(name, seq)).submit() is None
 
         async def both() -> None:
-            with trio.fail_after(WAIT):
-                async with trio.open_nursery() as nursery:
-                    for name, seqs in plan.items():
-                        nursery.start_soon(sender, name, seqs)
+            async with trio.open_nursery() as nursery:
+                for name, seqs in plan.items():
+                    nursery.start_soon(sender, name, seqs)
 
-        self.loop.run(both)
+        self.run(both)
         self.live[spot_id].sent.update(plan)
 
     @rule(data=st.data())
@@ -450,7 +433,7 @@ class HostModel(RuleBasedStateMachine):
         timeout, the caller's cancellation or shutdown, whichever settles first."""
         spot_id = self._target(data)
         number = self._next()
-        trio.from_thread.run_sync(self._hold_event, number, trio_token=self.loop.token)
+        self.run(self._hold_event, number)
         live = self.live.get(spot_id)
         submit = (
             self.host.route.request_to_spot(spot_id, Hold(number), reply_type=Answer)
@@ -471,7 +454,7 @@ class HostModel(RuleBasedStateMachine):
         self._start(Call(number, allowed, timeout=timeout), submit)
 
     @staticmethod
-    def _hold_event(number: int) -> None:
+    async def _hold_event(number: int) -> None:
         world.holds[number] = trio.Event()
 
     def _cancellable(self) -> list[Call]:
@@ -487,7 +470,7 @@ class HostModel(RuleBasedStateMachine):
         call = data.draw(st.sampled_from(self._cancellable()))
         call.cancelled_by_model = True
 
-        def cancel() -> bool:
+        async def cancel() -> bool:
             if call.done.is_set():
                 return False
             assert call.scope is not None
@@ -499,7 +482,7 @@ class HostModel(RuleBasedStateMachine):
         unreleased = any(call.number in live.holds for live in self.live.values())
         waiting = call.timeout == LONG and unreleased
         before = list(call.outcomes)
-        if trio.from_thread.run_sync(cancel, trio_token=self.loop.token):
+        if self.run(cancel):
             self._wait(call)
             assert 1 == len(call.outcomes), call
             if waiting:
@@ -525,11 +508,11 @@ class HostModel(RuleBasedStateMachine):
         spot_id = data.draw(st.sampled_from(self._live_ids()))
         if spot_id in self.actors.values():
             # Members keep it open: close() is False and the Spot keeps running (SPOT-37).
-            assert self.loop.run(self.host.spots.close, self.live[spot_id].ref) is False
+            assert self.run(self.host.spots.close, self.live[spot_id].ref) is False
             return
         live = self.live.pop(spot_id)
         self._release(live.holds)
-        assert self.loop.run(self.host.spots.close, live.ref) is True
+        assert self.run(self.host.spots.close, live.ref) is True
         world.generation_of.pop(spot_id, None)
         self.closed[spot_id] = live.ref
         live.check_order(complete=True)
@@ -544,7 +527,7 @@ class HostModel(RuleBasedStateMachine):
             )
         )
         ref = zl.SpotRef(spot_id, self.generations[spot_id], self.host.mesh, self.host.node_rid)
-        assert self.loop.run(self.host.spots.close, ref) is False
+        assert self.run(self.host.spots.close, ref) is False
 
     def _reopened(self) -> list[str]:
         return [s for s in self._live_ids() if s in self.closed]
@@ -556,7 +539,7 @@ class HostModel(RuleBasedStateMachine):
         live one running."""
         spot_id = data.draw(st.sampled_from(self._reopened()))
         with pytest.raises(zl.ZLinkError) as caught:
-            self.loop.run(self.host.spots.close, self.closed[spot_id])
+            self.run(self.host.spots.close, self.closed[spot_id])
         assert zl.ErrorKind.INVALID_OPERATION == caught.value.kind
         self.get_or_create(spot_id)  # still there: EXISTING with the same ref
 
@@ -569,7 +552,7 @@ class HostModel(RuleBasedStateMachine):
     @rule(name=st.sampled_from(ACTOR_NAMES))
     def get_or_create_actor(self, name: str) -> None:
         call = self.host.actors.get_or_create(self._actor_id(name), "model.Member")
-        result = self.loop.run(call.submit)
+        result = self.run(call.submit)
         expected = (
             zl.ActorCreateStatus.EXISTING if name in self.actors else (zl.ActorCreateStatus.CREATED)
         )
@@ -583,7 +566,7 @@ class HostModel(RuleBasedStateMachine):
         for _ in range(count):
             seq = self._next()
             call = self.host.route.send_to_actor(self._actor_id(name), Note(sender, seq))
-            assert self.loop.run(call.submit) is None
+            assert self.run(call.submit) is None
             self.actor_sent.setdefault(name, {}).setdefault(sender, []).append(seq)
 
     def _move(self, name: str, spot_id: str | None) -> tuple[str, str]:
@@ -592,11 +575,10 @@ class HostModel(RuleBasedStateMachine):
         async def move() -> tuple[str, str]:
             done = world.join_done[actor_id] = trio.Event()
             await self.host.route.send_to_actor(actor_id, Move(spot_id)).submit()
-            with trio.fail_after(WAIT):
-                await done.wait()
+            await done.wait()
             return world.joins[actor_id][-1]
 
-        result: tuple[str, str] = self.loop.run(move)
+        result: tuple[str, str] = self.run(move)
         return result
 
     @precondition(lambda self: bool(self.actors))
@@ -657,45 +639,41 @@ class HostModel(RuleBasedStateMachine):
         self._check_actor_order(complete=False)
 
     def _wait(self, call: Call) -> None:
-        async def wait() -> None:
-            with trio.fail_after(WAIT):
-                await call.done.wait()
-
-        self.loop.run(wait)
+        self.run(call.done.wait)
 
     def teardown(self) -> None:
         """Shut the host down, then check that every call ended exactly once with an allowed
         terminal, that no turn is still running and none started after shutdown returned."""
 
         async def shut_down() -> None:
-            with trio.fail_after(WAIT):
-                await self.host.shutdown()
+            await self.host.shutdown()
             world.shut_down = True
-            with trio.fail_after(WAIT):
-                for call in self.calls:
-                    await call.done.wait()
+            for call in self.calls:
+                await call.done.wait()
             await trio.testing.wait_all_tasks_blocked()
-            self.exit.set()
 
-        # A request with the long timeout whose held turn the model never released and whose
-        # caller never cancelled it is still waiting at shutdown: it must end SHUTTING_DOWN.
-        held = {number for live in self.live.values() for number in live.holds}
-        waiting = [
-            call
-            for call in self.calls
-            if call.timeout == LONG and call.number in held and not call.cancelled_by_model
-        ]
-        self.loop.run(shut_down)
-        for call in self.calls:
-            assert 1 == len(call.outcomes), call
-            assert call.outcomes[0] in call.allowed, call
-        for call in waiting:
-            assert ["SHUTTING_DOWN"] == call.outcomes, call
-        assert [] == world.violations
-        assert all(0 == count for count in world.in_turn.values()), world.in_turn
-        for live in self.live.values():
-            live.check_order(complete=False)
-        self._check_actor_order(complete=False)
+        try:
+            # A request with the long timeout whose held turn the model never released and whose
+            # caller never cancelled it is still waiting at shutdown: it must end SHUTTING_DOWN.
+            held = {number for live in self.live.values() for number in live.holds}
+            waiting = [
+                call
+                for call in self.calls
+                if call.timeout == LONG and call.number in held and not call.cancelled_by_model
+            ]
+            self.run(shut_down)
+            for call in self.calls:
+                assert 1 == len(call.outcomes), call
+                assert call.outcomes[0] in call.allowed, call
+            for call in waiting:
+                assert ["SHUTTING_DOWN"] == call.outcomes, call
+            assert [] == world.violations
+            assert all(0 == count for count in world.in_turn.values()), world.in_turn
+            for live in self.live.values():
+                live.check_order(complete=False)
+            self._check_actor_order(complete=False)
+        finally:
+            super().teardown()
 
 
 @pytest.mark.spec(
@@ -715,13 +693,12 @@ class HostModel(RuleBasedStateMachine):
     "ACT-20",
 )
 def test_random_operations_on_one_host_keep_the_completion_and_gate_invariants(
-    store_dsn: str, trio_thread: Any
+    store_dsn: str,
 ) -> None:
     """Random creates, sends, requests, timeouts, cancels, closes and shutdown keep the model."""
     chosen = int(os.environ.get("ZLINK_MODEL_SEED") or random.randrange(2**32))
     print(f"runtime model seed: {chosen} (rerun with ZLINK_MODEL_SEED={chosen})")
-    HostModel.loop = trio_thread
-    HostModel.store_dsn = store_dsn
+    HostModel.dsn = store_dsn
     run = get_state_machine_test(
         HostModel,
         settings=settings(

@@ -1,6 +1,7 @@
 """The hypothesis stateful harness of the testing kit (specs/testing.md KIT-6, KIT-7): a model of a
 sample counter Spot runs green, a planted bug is found and shrunk with the hosts' recent events,
-every example's hosts are shut down, and Trio's scheduling order follows a seed."""
+every example's hosts are shut down, and Trio's scheduling order follows a seed; an example's
+background tasks and host restarts (KIT-11)."""
 
 from __future__ import annotations
 
@@ -436,3 +437,113 @@ def test_the_harness_loop_stops_and_a_later_use_starts_another() -> None:
     second = stateful.harness_loop()
     assert second is not first
     assert 3 == second.call(_three, timeout=1.0)
+
+
+class Background(HostStateMachine):
+    """Driven step by step by the tests below (hypothesis asks for one rule)."""
+
+    app = app
+
+    @rule()
+    def idle(self) -> None:
+        pass
+
+
+@pytest.mark.spec("KIT-11")
+def test_a_background_task_outlives_its_step_and_teardown_cancels_what_still_runs(
+    store_dsn: str,
+) -> None:
+    """``start_soon`` returns while its task still waits; the task goes on across steps, and
+    the one still waiting at teardown is cancelled there, before the host shuts down."""
+    Background.dsn = store_dsn
+    machine = Background()
+    released, never = trio.Event(), trio.Event()
+    seen: list[str] = []
+
+    async def waiter(name: str, event: trio.Event) -> None:
+        try:
+            await event.wait()
+            seen.append(f"{name} released")
+        except trio.Cancelled:
+            down = machine.host.host._tree.finished.is_set()
+            seen.append(f"{name} cancelled, host shut down: {down}")
+            raise
+
+    async def release() -> None:
+        released.set()
+        await trio.testing.wait_all_tasks_blocked()
+
+    try:
+        machine.start_soon(waiter, "first", released)
+        machine.start_soon(waiter, "second", never)
+        assert [] == seen
+        machine.run(release)
+        assert ["first released"] == seen
+    finally:
+        machine.teardown()
+    assert ["first released", "second cancelled, host shut down: False"] == seen
+    _no_host_left()
+
+
+@pytest.mark.spec("KIT-11")
+def test_a_background_task_error_fails_the_example_at_teardown(store_dsn: str) -> None:
+    Background.dsn = store_dsn
+    machine = Background()
+    planted = LookupError("planted in a background task")
+
+    async def broken() -> None:
+        await trio.lowlevel.checkpoint()
+        raise planted
+
+    machine.start_soon(broken)
+    machine.run(trio.testing.wait_all_tasks_blocked)
+    with pytest.raises(LookupError) as caught:
+        machine.teardown()
+    assert planted is caught.value
+    _no_host_left()
+
+
+class Restarts(Background):
+    hosts = 2
+
+
+@pytest.mark.spec("KIT-11")
+def test_a_restarted_host_is_a_new_run_in_its_place_while_the_other_serves_on(
+    store_dsn: str,
+) -> None:
+    """``restart_host(0)`` replaces host 0 by a new run of the same mesh that both hosts list
+    as a peer; a Spot on host 1 keeps its count across it, and the barrier counts only the new
+    run (the old one's traffic would keep it busy)."""
+    Restarts.dsn = store_dsn
+    machine = Restarts()
+    try:
+        first, second = machine.mesh.hosts
+        made = machine.run(second.spots.get_or_create("kept", "kit.Counter").submit)
+        assert second.node_rid == made.spot_ref.node_rid
+        machine.run(first.route.send_to_spot("kept", Add(2)).submit)
+        machine.wait_quiet()
+        new = machine.restart_host(0)
+        assert new is machine.mesh[0]
+        assert new is machine.host
+        assert second is machine.mesh[1]
+        assert first.host._tree.finished.is_set()
+        assert new.mesh == first.mesh
+        assert new.node_rid != first.node_rid
+        assert second.peers.get(new.node_rid) == new.node_generation
+        assert new.peers.get(second.node_rid) == second.node_generation
+        assert {second.node_rid, new.node_rid} == {
+            host.node_rid for host in kit_hosts._open[new.mesh.value]
+        }
+        machine.run(new.route.send_to_spot("kept", Add(3)).submit)
+        call = new.route.request_to_spot("kept", Read(), reply_type=Count)
+        assert Count(5) == machine.run(call.submit)
+        machine.wait_quiet()
+        assert [] == new.busy()
+        machine.restart_host(1)
+        assert second.host._tree.finished.is_set()
+        assert {new.node_rid, machine.mesh[1].node_rid} == {
+            host.node_rid for host in kit_hosts._open[new.mesh.value]
+        }
+    finally:
+        machine.teardown()
+    _no_host_left()

@@ -28,6 +28,12 @@ different task orders and a shrunk example replays its own; hypothesis restores 
 each example. Each later ``self.run`` seeds it again, from that seed and the step's number, as
 the step starts in the loop: the hosts' background tasks, woken by I/O between two steps, draw
 from the same random, and without the fresh seed those draws would shift every later step's order.
+Rule 6: an example owns what it starts. Its hosts and its background tasks (``self.start_soon``)
+live in the nursery of the example's holding task, each host in a task of its own, so
+``self.restart_host(i)`` can shut one host down (its context exits, so the barrier no longer
+counts it) and open a new run in its place while the others serve on. ``teardown`` cancels the
+background tasks still running, then shuts the hosts down, the last first; the first error a
+background task raised fails the example there.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import concurrent.futures
 import contextlib
 import os
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
@@ -49,7 +56,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize
 
 from zlink_trio._integration.store import DSN_VARIABLE, Stores
 from zlink_trio._runtime.application.application import Application
-from zlink_trio.testing.hosts import TestHost, TestMesh, open_test_mesh, open_test_stores
+from zlink_trio.testing.hosts import (
+    MEET_TIMEOUT,
+    TestHost,
+    TestMesh,
+    _meet,
+    open_test_host,
+    open_test_stores,
+)
 from zlink_trio.testing.scheduling import trio_random
 from zlink_trio.testing.store import START_LIMIT, STOP_LIMIT, open_shared_store
 
@@ -225,8 +239,9 @@ class HostStateMachine(RuleBasedStateMachine):
 
     Set ``app`` (and optionally ``hosts``, ``host_config``, ``step_timeout``, ``dsn``,
     ``recent_events``) on the subclass. Rules use ``self.host`` (the first ``TestHost``),
-    ``self.mesh`` (all of them), ``self.run(afn, *args)`` and ``self.wait_quiet()``. A subclass
-    that overrides ``teardown`` calls ``super().teardown()``."""
+    ``self.mesh`` (all of them), ``self.run(afn, *args)``, ``self.wait_quiet()``,
+    ``self.start_soon(afn, *args)`` and ``self.restart_host(index)`` (KIT-11). A subclass that
+    overrides ``teardown`` calls ``super().teardown()``."""
 
     app: ClassVar[Application]
     """The application every host of the example runs."""
@@ -249,6 +264,11 @@ class HostStateMachine(RuleBasedStateMachine):
         self._exit: trio.Event | None = None
         self._ended: trio.Event | None = None
         self._failure: BaseException | None = None
+        self._tasks: trio.Nursery | None = None
+        self._hosts: trio.Nursery | None = None
+        self._held: list[tuple[trio.Event, trio.Event]] = []
+        """Per host slot: the event that lets its host close, and the one set once it has."""
+        self._config: tuple[str, dict[str, Any]] = ("", {})
         self._scheduling: int | None = None
         self._steps = 0
         self.mesh: TestMesh = self._loop.call(self._open, self._store(), timeout=SHUTDOWN_TIMEOUT)
@@ -258,30 +278,68 @@ class HostStateMachine(RuleBasedStateMachine):
         return self.dsn or os.environ.get(DSN_VARIABLE) or self._loop.store_dsn()
 
     async def _open(self, dsn: str) -> TestMesh:
+        config = dict(self.host_config)
+        config.setdefault("stores", await self._loop.pool(dsn))
+        config.setdefault("mesh", f"test-{uuid.uuid4().hex[:12]}")
+        self._config = (dsn, config)
         exit_, ended = trio.Event(), trio.Event()
 
         async def hold(task_status: trio.TaskStatus[TestMesh]) -> None:
             started = False
             try:
-                config = dict(self.host_config)
-                config.setdefault("stores", await self._loop.pool(dsn))
-                async with open_test_mesh(self.app, hosts=self.hosts, dsn=dsn, **config) as mesh:
-                    for index, host in enumerate(mesh.hosts):
-                        prefix = f"host {index}: " if self.hosts > 1 else ""
-                        host.host._node.set_trace(self._tracer(prefix))
-                    task_status.started(mesh)
-                    started = True
-                    await exit_.wait()
+                async with trio.open_nursery() as hosts:
+                    self._hosts = hosts
+                    try:
+                        opened = [await self._start_host(index) for index in range(self.hosts)]
+                        with trio.fail_after(MEET_TIMEOUT):
+                            for host in opened:
+                                await _meet(host, [other for other in opened if other is not host])
+                        async with trio.open_nursery() as tasks:
+                            self._tasks = tasks
+                            task_status.started(TestMesh(opened))
+                            started = True
+                            await exit_.wait()
+                            tasks.cancel_scope.cancel()
+                    finally:
+                        for host_exit, host_ended in reversed(self._held):
+                            host_exit.set()
+                            await host_ended.wait()
             except Exception as error:
                 if not started:
                     raise  # nursery.start raises it to __init__
-                self._failure = error  # teardown raises it
+                self._failure = self._failure or error  # teardown raises it
             finally:
                 ended.set()
 
         mesh: TestMesh = await self._loop.nursery.start(hold)
         self._exit, self._ended = exit_, ended
         return mesh
+
+    async def _start_host(self, index: int) -> TestHost:
+        """Open a host for slot ``index`` in a task of its own (Rule 6)."""
+        assert self._hosts is not None
+        dsn, config = self._config
+        exit_, ended = trio.Event(), trio.Event()
+        prefix = f"host {index}: " if self.hosts > 1 else ""
+
+        async def hold_host(task_status: trio.TaskStatus[TestHost]) -> None:
+            try:
+                async with open_test_host(self.app, dsn=dsn, **config) as host:
+                    host.host._node.set_trace(self._tracer(prefix))
+                    try:
+                        task_status.started(host)
+                        await exit_.wait()
+                    finally:
+                        host.host._node.set_trace(None)
+            finally:
+                ended.set()
+
+        host: TestHost = await self._hosts.start(hold_host)
+        if index < len(self._held):
+            self._held[index] = (exit_, ended)
+        else:
+            self._held.append((exit_, ended))
+        return host
 
     def _tracer(self, prefix: str) -> Callable[[str], None]:
         append = self.events.append
@@ -292,10 +350,53 @@ class HostStateMachine(RuleBasedStateMachine):
     def run(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         """``await afn(*args)`` in the harness's Trio loop, within ``step_timeout``: its result,
         or its exception raised here."""
-        self.events.append(f"run {getattr(afn, '__qualname__', afn)}")
+        return self._step(f"run {getattr(afn, '__qualname__', afn)}", afn, *args)
+
+    def _step(self, line: str, afn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        self.events.append(line)
         self._steps += 1
         seed = None if self._scheduling is None else f"{self._scheduling}/{self._steps}"
         return self._loop.call(afn, *args, timeout=self.step_timeout, seed=seed)
+
+    def start_soon(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Start ``await afn(*args)`` as a background task of the example in the harness's
+        loop and return at once: it may outlive the step, ``teardown`` cancels it if it still
+        runs, and its error fails the example at ``teardown`` (Rule 6)."""
+        self._step(f"start {getattr(afn, '__qualname__', afn)}", self._start_task, afn, args)
+
+    async def _start_task(self, afn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+        assert self._tasks is not None
+
+        async def task() -> None:
+            try:
+                await afn(*args)
+            except Exception as error:
+                self._failure = self._failure or error
+
+        self._tasks.start_soon(task)
+
+    def restart_host(self, index: int = 0) -> TestHost:
+        """Shut ``self.mesh[index]`` down and open a new run in its place, in the same mesh
+        with the same ``host_config``; returns once it and every other host list each other as
+        peers. ``self.mesh[index]`` (and ``self.host`` for index 0) is then the new host."""
+        if not 0 <= index < len(self.mesh):
+            raise IndexError(f"no host {index} in a mesh of {len(self.mesh)}")
+        host: TestHost = self._step(f"restart host {index}", self._restart, index)
+        return host
+
+    async def _restart(self, index: int) -> TestHost:
+        exit_, ended = self._held[index]
+        exit_.set()
+        await ended.wait()
+        host = await self._start_host(index)
+        others = [other for i, other in enumerate(self.mesh.hosts) if i != index]
+        with trio.fail_after(MEET_TIMEOUT):
+            await _meet(host, others)
+            for other in others:
+                await _meet(other, [host])
+        self.mesh.hosts[index] = host
+        self.host = self.mesh[0]
+        return host
 
     def wait_quiet(self) -> None:
         """Wait until every host of the example is quiet (``TestMesh.wait_quiet``, KIT-5)."""
@@ -309,7 +410,8 @@ class HostStateMachine(RuleBasedStateMachine):
         trio_random().seed(seed)
 
     def teardown(self) -> None:
-        """Shut the example's hosts down and wait for it; report the recent events (Rule 4)."""
+        """Cancel the example's background tasks, shut its hosts down and wait for both (Rule
+        6); report the recent events (Rule 4); raise a background task's error."""
         recent = list(self.events)
         try:
             if self._exit is not None:
@@ -324,8 +426,6 @@ class HostStateMachine(RuleBasedStateMachine):
     async def _close(self) -> None:
         assert self._exit is not None
         assert self._ended is not None
-        for host in self.mesh.hosts:
-            host.host._node.set_trace(None)
         self._exit.set()
         await self._ended.wait()
 
