@@ -5,8 +5,9 @@
     tox -c examples/model_check          # the same across Python 3.11, 3.12 and 3.13
 
 Every example runs on a fresh host in a mesh of its own. The rules create games, score, read,
-close and create again; the model says what every live game must hold; the invariants say
-every call ended exactly once, generations only grow, and nothing ran on a closed incarnation.
+close, create again and restart the host (a shutdown, then a new run); the model says what every
+live game must hold; the invariants say every call ended exactly once, generations only grow,
+and nothing ran on a closed incarnation.
 """
 
 from __future__ import annotations
@@ -91,6 +92,16 @@ class ScoreboardModel(HostStateMachine):
         incarnation = (game, self.generation[game])
         self.closed[incarnation] = self._turns_of(incarnation)
         del self.points[game]
+
+    @rule()
+    def restart(self) -> None:
+        """The host shuts down (every game closes with it) and a new run takes its place."""
+        self.restart_host(0)
+        for game in self.points:
+            self.refs.pop(game)
+            incarnation = (game, self.generation[game])
+            self.closed[incarnation] = self._turns_of(incarnation)
+        self.points.clear()
 
     @rule()
     def quiet(self) -> None:
