@@ -250,7 +250,10 @@ def test_a_planted_bug_is_found_shrunk_and_reported_with_the_hosts_events(store_
     lines = re.findall(r"^state\.(\w+)\(", report, re.MULTILINE)
     assert "teardown" == lines[-1], report
     steps = [name for name in lines[:-1] if name != "every_live_counter_holds_its_count"]
-    assert 4 <= len(steps) <= 6, report
+    # Alone it shrinks to the minimum (seed, get_or_create, add, close, get_or_create); late in a
+    # full CI run it was seen to stop two steps short (a close and a get_or_create more), on two
+    # Pythons alike. Either is short; an unshrunk failure of this machine runs up to 10 rules.
+    assert 4 <= len(steps) <= 8, report
     assert "seed_scheduling" == steps[0], report
     assert {"get_or_create", "add", "close"} == set(steps[1:]), report
     events = report[report.index("recent events of the hosts") :]
