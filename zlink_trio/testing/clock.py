@@ -32,18 +32,9 @@ from collections.abc import Awaitable, Callable
 import trio
 import trio.testing
 
-from zlink_trio._runtime.engines.clock import Clock
+from zlink_trio._runtime.engines.clock import Clock, check_seconds
 
 __all__ = ["VirtualClock"]
-
-
-def _seconds(what: str, value: object) -> float:
-    # bool is an int subclass; True seconds is a typo, not a time.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} takes a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{what} must be finite, got {value}")
-    return float(value)
 
 
 class VirtualClock(Clock):
@@ -56,7 +47,7 @@ class VirtualClock(Clock):
     """
 
     def __init__(self, start: float = 0.0) -> None:
-        self._now = _seconds("start", start)
+        self._now = check_seconds("start", start)
         self._due: list[tuple[float, int, weakref.ref[trio.CancelScope]]] = []
         self._deadlines: weakref.WeakKeyDictionary[trio.CancelScope, float] = (
             weakref.WeakKeyDictionary()
@@ -98,7 +89,7 @@ class VirtualClock(Clock):
     async def advance(self, seconds: float) -> None:
         """Move time forward by ``seconds`` (not negative), visiting every due point on the way
         (Rule 2); ``ValueError`` for a negative or non-finite amount."""
-        step = _seconds("advance", seconds)
+        step = check_seconds("advance", seconds)
         if step < 0:
             raise ValueError(f"virtual time cannot go back: advance({seconds})")
         await self.advance_to(self._now + step)
@@ -106,7 +97,7 @@ class VirtualClock(Clock):
     async def advance_to(self, when: float) -> None:
         """Move time forward to ``when`` (not before ``now()``), visiting every due point on the
         way in order and letting the host settle after each (Rule 2), then once at ``when``."""
-        target = _seconds("advance_to", when)
+        target = check_seconds("advance_to", when)
         self._check_run()
         if target < self._now:
             raise ValueError(f"virtual time cannot go back from {self._now} to {target}")

@@ -23,11 +23,22 @@ instance, so the hot path makes no object for it.
 from __future__ import annotations
 
 import abc
+import math
 from typing import ClassVar, Final
 
 import trio
 
-__all__ = ["TRIO_CLOCK", "Clock", "TrioClock"]
+__all__ = ["TRIO_CLOCK", "Clock", "TrioClock", "check_seconds"]
+
+
+def check_seconds(what: str, value: object) -> float:
+    """``value`` as a float of seconds: ``TypeError`` for a non-number (``bool`` included: True
+    seconds is a typo, not a time), ``ValueError`` for NaN or an infinity."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} takes a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be finite, got {value}")
+    return float(value)
 
 
 class Clock(abc.ABC):

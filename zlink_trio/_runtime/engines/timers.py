@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock
+from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock, check_seconds
 from zlink_trio.options import TimerOptions, TimerOverrunPolicy
 
 __all__ = ["LogicalTimer", "TimerState", "TimerTick"]
@@ -52,22 +52,13 @@ def _check_name(_instance: object, _attribute: object, value: Any) -> None:
         raise ValueError("a timer name must not be empty")
 
 
-def _check_seconds(what: str, value: object) -> float:
-    # bool is an int subclass; True seconds is a typo, not a duration.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} takes a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{what} must be finite, got {value}")
-    return float(value)
-
-
 def _check_interval(_instance: object, _attribute: object, value: Any) -> None:
-    if _check_seconds("interval", value) <= 0:
+    if check_seconds("interval", value) <= 0:
         raise ValueError(f"interval must be above zero seconds, got {value}")
 
 
 def _check_time(_instance: object, attribute: attrs.Attribute[float], value: Any) -> None:
-    _check_seconds(attribute.name, value)
+    check_seconds(attribute.name, value)
 
 
 def _check_count(minimum: int) -> Callable[[object, attrs.Attribute[int], Any], None]:
@@ -146,7 +137,7 @@ class TimerState:
 
     def rebased(self, now: float) -> TimerState:
         """The same state on a clock that reads ``now`` at the moment this one was captured."""
-        shift = _check_seconds("now", now) - self.captured_at
+        shift = check_seconds("now", now) - self.captured_at
         return attrs.evolve(
             self,
             next_due=self.next_due + shift,
@@ -184,7 +175,7 @@ class LogicalTimer:
         self._interval = float(interval)
         self._options = options
         self._clock = clock
-        self._origin = clock.now() if origin is None else _check_seconds("origin", origin)
+        self._origin = clock.now() if origin is None else check_seconds("origin", origin)
         self._last_sequence = 0
         self._next_sequence = 1
         # Used only by DELAY_NEXT_TICK; the fixed-rate policies derive due times (Rule 1).
@@ -254,7 +245,7 @@ class LogicalTimer:
         """
         if self._running is not None:
             raise RuntimeError(f"timer {self._name!r} is running tick {self._running.number}")
-        now = self._clock.now() if now is None else _check_seconds("now", now)
+        now = self._clock.now() if now is None else check_seconds("now", now)
         pending = list(self._pending)
         next_sequence = self._next_sequence
         window = self._window(now) if not pending else None
