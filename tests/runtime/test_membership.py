@@ -17,6 +17,7 @@ from typing import Any, cast
 import cbor2
 import pytest
 import trio
+import trio.testing
 
 from zlink_trio._integration.store import (
     Applied,
@@ -564,6 +565,8 @@ class FlakyStore:
         self.wrote_after_outage = trio.Event()
         self.scans = 0
         self._scanned = trio.Event()
+        self.writes = 0
+        """Writes asked for, counted as each call starts."""
 
     @property
     def failing(self) -> bool:
@@ -587,6 +590,7 @@ class FlakyStore:
         return await self._real.read(key)
 
     async def write(self, batch: Batch) -> Applied | Conflict:
+        self.writes += 1
         era = self._check()
         written = await self._real.write(batch)
         if era == self._era and self.failures:
@@ -664,6 +668,31 @@ async def test_update_writes_state_at_once_and_load_with_the_next_renewal(
         assert isinstance(changed, PeerChanged)
         assert 7 == changed.record.load
         assert DRAINING == changed.record.state
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.spec("MESH-14")
+async def test_a_change_before_the_first_write_costs_no_second_write(
+    stores: Stores, mesh: MeshName
+) -> None:
+    """The host publishes its endpoints before the membership runs: the first write carries
+    them, and the renewal loop does not write again at once for that change (a host start is
+    one write of the record, not two); a later state change still goes out at once."""
+    counting = FlakyStore(stores)
+    a = Membership(counting, mesh, node("a"), lease=10.0, renew_every=3.0)
+    a.update(application_endpoint="tcp://127.0.0.1:1", completion_endpoint="tcp://127.0.0.1:2")
+    async with trio.open_nursery() as nursery:
+        await start(nursery, a)
+        # Every task now waits: the renewal loop on its prompt or timer, or a write in flight
+        # (counted when it was asked for).
+        await trio.testing.wait_all_tasks_blocked()
+        assert 1 == counting.writes
+        found = await stores.location.read(key_of(mesh, "a"))
+        assert isinstance(found, Found)
+        assert "tcp://127.0.0.1:1" == NodeRecord.decode(found.value).application_endpoint
+        a.update(state=DRAINING)
+        await trio.testing.wait_all_tasks_blocked()
+        assert 2 == counting.writes
         nursery.cancel_scope.cancel()
 
 

@@ -129,6 +129,9 @@ class NodeLease:
             if isinstance(written, Applied):
                 self._version = written.versions[0]
                 self._fence.renewed(started)
+                if record is self._record:
+                    # What prompted a write is in this one: no second write follows at once.
+                    self._prompt = trio.Event()
                 return
             found = await self._store.read(key)
             if isinstance(found, Found) and self._is_own(found.value):
