@@ -116,6 +116,15 @@ class StoreModel(RuleBasedStateMachine):
     def _write(self, batch: Batch) -> Applied | Conflict:
         return self.runner.call(lambda stores: stores.location.write(batch))
 
+    def _conflict(self, condition: IfMissing | IfVersion, names: list[str], now: datetime) -> Conflict:
+        """The Conflict the model expects: the failed condition and, for each condition key,
+        the live record or Missing (STORE-41)."""
+        current: list[Missing | Found] = []
+        for name in names:
+            live = self._live(name, now)
+            current.append(Missing(now) if live is None else Found(*live, now))
+        return Conflict(condition, now, tuple(current))
+
     def _applied(
         self, result: Applied, puts: list[tuple[str, bytes, timedelta | None]], deletes: list[str]
     ) -> None:
@@ -146,7 +155,7 @@ class StoreModel(RuleBasedStateMachine):
             assert isinstance(result, Applied)
             self._applied(result, [(name, value, retention)], [])
         else:
-            assert Conflict(IfMissing(key), result.store_now) == result
+            assert self._conflict(IfMissing(key), [name], result.store_now) == result
 
     @rule(name=NAMES, other=NAMES, stale=st.booleans(), value=VALUES, remove=st.booleans())
     def compare_and_set(
@@ -167,7 +176,7 @@ class StoreModel(RuleBasedStateMachine):
             else:
                 self._applied(result, [(other, value, None)], [])
         else:
-            assert Conflict(condition, result.store_now) == result
+            assert self._conflict(condition, [name], result.store_now) == result
 
     @rule(names=st.lists(NAMES, min_size=1, max_size=3, unique=True))
     def delete(self, names: list[str]) -> None:
@@ -212,7 +221,7 @@ class StoreModel(RuleBasedStateMachine):
             assert version == max(self.issued[name])
 
 
-@pytest.mark.spec("STORE-3", "STORE-5", "STORE-6", "STORE-7", "STORE-8")
+@pytest.mark.spec("STORE-3", "STORE-5", "STORE-6", "STORE-7", "STORE-8", "STORE-41")
 def test_store_behaves_like_the_model(store_dsn: str) -> None:
     """Random puts, creates, CAS, deletes, reads and scans agree with a dict-based model."""
     with _TrioThread(store_dsn).running() as runner:

@@ -131,6 +131,34 @@ async def test_a_failing_condition_leaves_every_key_untouched(
     assert isinstance(await stores.location.read(c), Missing)
 
 
+@pytest.mark.spec("STORE-41")
+async def test_a_conflict_shows_what_the_batch_found_at_each_condition_key(
+    stores: Stores, key_prefix: str
+) -> None:
+    """Three conditions (a held key, an absent key, an expired key) on a batch that fails: the
+    Conflict lists, in condition order, the live record or Missing at each, on its own clock,
+    whichever condition failed."""
+    a, b, c = (key_prefix + name for name in "abc")
+    first = await stores.location.write(
+        Batch([], [Put(a, b"a1"), Put(c, b"gone", timedelta(microseconds=1))])
+    )
+    assert isinstance(first, Applied)
+    result = await stores.location.write(
+        Batch([IfMissing(b), IfMissing(c), IfMissing(a)], [Put(b, b"b")])
+    )
+    assert isinstance(result, Conflict)
+    assert IfMissing(a) == result.condition
+    now = result.store_now
+    assert (
+        Missing(now),
+        Missing(now),
+        Found(b"a1", first.versions[0], None, now),
+    ) == result.current
+    again = await stores.location.write(Batch([IfVersion(a, first.versions[0] + 1)], []))
+    assert isinstance(again, Conflict)
+    assert (Found(b"a1", first.versions[0], None, again.store_now),) == again.current
+
+
 @pytest.mark.spec("STORE-3", "DEC-12")
 async def test_a_batch_applies_every_mutation_together(stores: Stores, key_prefix: str) -> None:
     """When every condition holds, puts and deletes all land and each put gets a version."""

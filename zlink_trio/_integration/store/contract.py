@@ -202,6 +202,9 @@ class Conflict:
 
     condition: Condition
     store_now: datetime
+    current: tuple[Missing | Found, ...] = ()
+    """What the batch found at each of its condition keys, in the batch's condition order, on
+    the same clock (STORE-41): a caller that lost learns the records without reading them."""
 
 
 # --- scans -------------------------------------------------------------------------------------

@@ -72,7 +72,15 @@ class LocationStore:
         row = await self._database.fetch_one(location_sql.WRITE, values)
         store_now: datetime = row["store_now"]
         if row["failed"] is not None:
-            return Conflict(batch.conditions[row["failed"] - 1], store_now)
+            current = tuple(
+                Missing(store_now)
+                if version is None
+                else Found(bytes(value), version, expires, store_now)
+                for version, value, expires in zip(
+                    row["seen_versions"], row["seen_values"], row["seen_expiries"], strict=True
+                )
+            )
+            return Conflict(batch.conditions[row["failed"] - 1], store_now, current)
         issued = dict(zip(row["put_keys"] or (), row["put_versions"] or (), strict=True))
         return Applied(tuple(issued[key] for key in put_keys), store_now)
 

@@ -35,7 +35,7 @@ from sqlalchemy import (
     select,
     true,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnClause
 
@@ -147,8 +147,32 @@ def _write() -> Statement:
         .cte("notified")
     )
 
+    # What a failed batch saw at its condition keys, in condition order (STORE-41): the caller
+    # that lost learns the current records without a second round trip.
+    looked_at = (
+        func.unnest(bindparam("condition_keys", type_=ARRAY(LargeBinary)))
+        .table_valued(column("key", LargeBinary), with_ordinality="ordinal")
+        .render_derived(name="looked_at")
+    )
+    in_order = looked_at.c.ordinal
+    seen = (
+        select(
+            func.array_agg(aggregate_order_by(_record.c.version, in_order)).label("versions"),
+            func.array_agg(aggregate_order_by(_record.c.value, in_order)).label("values"),
+            func.array_agg(aggregate_order_by(_record.c.expires_at, in_order)).label("expiries"),
+        )
+        .select_from(
+            looked_at.outerjoin(_record, and_(_record.c.key == looked_at.c.key, _live))
+        )
+        .where(failed.is_not(None))
+        .cte("seen")
+    )
+
     query = select(
         failed.label("failed"),
+        select(seen.c.versions).scalar_subquery().label("seen_versions"),
+        select(seen.c["values"]).scalar_subquery().label("seen_values"),
+        select(seen.c.expiries).scalar_subquery().label("seen_expiries"),
         _now.label("store_now"),
         select(func.array_agg(written.c.key)).scalar_subquery().label("put_keys"),
         select(func.array_agg(written.c.version)).scalar_subquery().label("put_versions"),
