@@ -116,7 +116,9 @@ class StoreModel(RuleBasedStateMachine):
     def _write(self, batch: Batch) -> Applied | Conflict:
         return self.runner.call(lambda stores: stores.location.write(batch))
 
-    def _conflict(self, condition: IfMissing | IfVersion, names: list[str], now: datetime) -> Conflict:
+    def _conflict(
+        self, condition: IfMissing | IfVersion, names: list[str], now: datetime
+    ) -> Conflict:
         """The Conflict the model expects: the failed condition and, for each condition key,
         the live record or Missing (STORE-41)."""
         current: list[Missing | Found] = []
