@@ -161,9 +161,7 @@ def _write() -> Statement:
             func.array_agg(aggregate_order_by(_record.c.value, in_order)).label("values"),
             func.array_agg(aggregate_order_by(_record.c.expires_at, in_order)).label("expiries"),
         )
-        .select_from(
-            looked_at.outerjoin(_record, and_(_record.c.key == looked_at.c.key, _live))
-        )
+        .select_from(looked_at.outerjoin(_record, and_(_record.c.key == looked_at.c.key, _live)))
         .where(failed.is_not(None))
         .cte("seen")
     )
