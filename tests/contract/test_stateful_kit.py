@@ -234,6 +234,24 @@ def test_a_correct_counter_keeps_the_model_over_many_examples(store_dsn: str) ->
     _no_host_left()
 
 
+@pytest.mark.spec("KIT-6")
+def test_an_example_opens_its_hosts_on_first_use_only(store_dsn: str) -> None:
+    """A machine whose example never reaches a step opens no host (hypothesis runs many such
+    examples); the first use of ``self.host`` opens the example's mesh, teardown closes it."""
+    CounterModel.dsn = store_dsn
+    idle = CounterModel()
+    assert {} == kit_hosts._open
+    idle.teardown()
+    used = CounterModel()
+    assert {} == kit_hosts._open
+    mesh = used.mesh[0].mesh.value
+    assert [mesh] == list(kit_hosts._open)
+    assert used.mesh[0] is used.host
+    assert used.mesh is used.mesh  # opened once
+    used.teardown()
+    _no_host_left()
+
+
 class ForgetfulModel(Counters):
     app = buggy_app
 

@@ -12,9 +12,12 @@ Rule 2: synchronous rules call async code through ``self.run(afn, *args)``: it r
 under ``fail_after(step_timeout)`` and returns its result or raises its error. The calling
 thread waits for it at most ``step_timeout + GRACE`` seconds, so even a loop that stopped
 answering fails the step instead of hanging it.
-Rule 3: every example starts clean. ``__init__`` opens ``hosts`` hosts of a fresh mesh (KIT-2)
-on the run's store and holds them open in a task of the loop; ``teardown`` shuts them down and
-waits until that task has ended. The store is ``dsn`` when set, else ``ZLINK_STORE_DSN``, else
+Rule 3: every example starts clean. The first use of ``self.mesh`` or ``self.host`` (a step
+through ``run``, ``wait_quiet``, ``start_soon`` or ``restart_host`` uses them) opens ``hosts``
+hosts of a fresh mesh (KIT-2) on the run's store and holds them open in a task of the loop;
+``teardown`` shuts them down and waits until that task has ended. Hypothesis runs many examples
+that never reach a step (it counts them as invalid, not among ``max_examples``), and those cost
+no host. The store is ``dsn`` when set, else ``ZLINK_STORE_DSN``, else
 the run's shared embedded server (KIT-1), which the loop keeps joined until it stops; the loop
 also keeps one pool per store for the hosts of every example (KIT-8), so a host starts without
 opening a pool of its own.
@@ -107,8 +110,22 @@ class HostStateMachine(RuleBasedStateMachine):
         self._config: tuple[str, dict[str, Any]] = ("", {})
         self._scheduling: int | None = None
         self._steps = 0
-        self.mesh: TestMesh = self._loop.call(self._open, self._store(), timeout=SHUTDOWN_TIMEOUT)
-        self.host: TestHost = self.mesh[0]
+        self._mesh: TestMesh | None = None
+
+    @property
+    def mesh(self) -> TestMesh:
+        """Every host of the example, opened on first use (Rule 3)."""
+        if self._mesh is None:
+            seed = None if self._scheduling is None else f"{self._scheduling}/open"
+            self._mesh = self._loop.call(
+                self._open, self._store(), timeout=SHUTDOWN_TIMEOUT, seed=seed
+            )
+        return self._mesh
+
+    @property
+    def host(self) -> TestHost:
+        """The example's first host (``self.mesh[0]``), opened on first use (Rule 3)."""
+        return self.mesh[0]
 
     def _store(self) -> str:
         return self.dsn or os.environ.get(DSN_VARIABLE) or self._loop.store_dsn()
@@ -189,6 +206,7 @@ class HostStateMachine(RuleBasedStateMachine):
         return self._step(f"run {getattr(afn, '__qualname__', afn)}", afn, *args)
 
     def _step(self, line: str, afn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        _ = self.mesh  # opened before the step's number is counted (Rule 3)
         self.events.append(line)
         self._steps += 1
         seed = None if self._scheduling is None else f"{self._scheduling}/{self._steps}"
@@ -231,7 +249,6 @@ class HostStateMachine(RuleBasedStateMachine):
             for other in others:
                 await _meet(other, [host])
         self.mesh.hosts[index] = host
-        self.host = self.mesh[0]
         return host
 
     def wait_quiet(self) -> None:

@@ -18,7 +18,11 @@ Key layout, all under one prefix per mesh so meshes sharing a database never mee
 
 Rule 1: one winner per id. A claim writes the authority record with ``IfMissing`` and bumps the
 generation counter (``IfMissing`` or ``IfVersion`` on the counter) in the same batch: of two
-racing claimers exactly one commits, and the loser sees the winner's record (SPOT-15).
+racing claimers exactly one commits, and the loser sees the winner's record (SPOT-15). A claim
+writes first and reads never: its first batch guesses (no record, and the counter this node wrote
+last for the id, else none), and a wrong guess comes back as a ``Conflict`` carrying the records
+at both keys (STORE-41), on which the next batch is built. A new id costs one round trip, an id
+created again on the same node one, elsewhere two.
 Rule 2: generations only grow. The counter is never deleted while a mesh that claimed the id
 lives, so an id created again after its incarnation ended gets a larger generation than every
 earlier one (ID-6.12). An Actor's claim adds its own mesh to the counter's meshes in the same
@@ -44,6 +48,8 @@ same for every owner run that is not live.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
+from datetime import UTC, datetime
 
 import attrs
 import cbor2
@@ -57,6 +63,7 @@ from zlink_trio._integration.store import (
     IfMissing,
     IfVersion,
     LocationStore,
+    Missing,
     Put,
 )
 from zlink_trio._runtime.ownership.node_record import NodeRecord
@@ -81,8 +88,18 @@ _RECLAIM_PAGE = 500
 _RECLAIM_RESTARTS = 3
 """Scans restarted at most after an expired snapshot, per prefix and reclaim."""
 
+_REMEMBERED_COUNTERS = 4096
+"""Generation counters a node keeps as its first guess for a claim (Rule 1)."""
+_NO_CLOCK = datetime.min.replace(tzinfo=UTC)
+"""The clock of a guess: no statement has observed it."""
+
 ACTIVATING = "activating"
 READY = "ready"
+
+
+def _expect(key: str, seen: Missing | Found) -> IfMissing | IfVersion:
+    """The condition that holds while ``key`` is as it was seen."""
+    return IfVersion(key, seen.version) if isinstance(seen, Found) else IfMissing(key)
 
 
 @attrs.frozen
@@ -203,6 +220,8 @@ class SpotAuthority:
         """Take over records of owners that are not live; on once membership runs (Rule 5)."""
         self.releases = ReleaseBatcher(store)
         """Releases in conditional batches; its flusher runs in the host's task tree."""
+        self._counters: OrderedDict[str, Found] = OrderedDict()
+        """The generation counters this node wrote last, newest last (Rule 1's first guess)."""
 
     def _record_key(self, target: SpotId | ActorId) -> str:
         if isinstance(target, ActorId):
@@ -226,25 +245,21 @@ class SpotAuthority:
         it (Rule 1). Store failures raise ``ZLinkError(UNAVAILABLE)`` from the store."""
         record_key = self._record_key(spot_id)
         generation_key = self._generation_key(spot_id)
+        held: Missing | Found = Missing(_NO_CLOCK)
+        counted = self._counters.get(generation_key) or Missing(_NO_CLOCK)
         while True:
-            current = await self._store.read(record_key)
-            held: IfMissing | IfVersion = IfMissing(record_key)
-            if isinstance(current, Found):
-                holder = SpotRecord.decode(current.value)
+            if isinstance(held, Found):
+                holder = SpotRecord.decode(held.value)
                 if not await self._is_stale(holder):
                     return Held(holder)
                 _log.info("taking over %s from %s, which is not live", spot_id, holder.owner)
-                held = IfVersion(record_key, current.version)
-            found = await self._store.read(generation_key)
-            if isinstance(found, Found):
-                counter = GenerationCounter.decode(found.value)
-                counted: IfMissing | IfVersion = IfVersion(generation_key, found.version)
+            if isinstance(counted, Found):
+                counter = GenerationCounter.decode(counted.value)
             else:
                 # A Spot's counter stays a plain int (its key names the mesh); an Actor's says
                 # its meshes from the first claim on (Rule 2).
                 actor = isinstance(spot_id, ActorId)
                 counter = GenerationCounter(0, frozenset() if actor else None)
-                counted = IfMissing(generation_key)
             counter = counter.claimed_in(self._mesh)
             record = SpotRecord(
                 self._node_rid,
@@ -257,13 +272,27 @@ class SpotAuthority:
             )
             written = await self._store.write(
                 Batch(
-                    [held, counted],
+                    [_expect(record_key, held), _expect(generation_key, counted)],
                     [Put(record_key, record.encode()), Put(generation_key, counter.encode())],
                 )
             )
             if isinstance(written, Applied):
-                return Claim(spot_id, record, written.versions[0])
-            # Someone else wrote first: read again and either see their record or retry.
+                record_version, counter_version = written.versions
+                self._remember(
+                    generation_key,
+                    Found(counter.encode(), counter_version, None, written.store_now),
+                )
+                return Claim(spot_id, record, record_version)
+            # The guess was wrong or someone else wrote first: decide on what is there now.
+            held, counted = written.current
+            self._counters.pop(generation_key, None)
+
+    def _remember(self, key: str, counter: Found) -> None:
+        """Keep the counter this node last wrote, the best guess for the id's next claim."""
+        self._counters[key] = counter
+        self._counters.move_to_end(key)
+        if len(self._counters) > _REMEMBERED_COUNTERS:
+            self._counters.popitem(last=False)
 
     async def is_stale(self, record: SpotRecord) -> bool:
         """Whether ``record``'s owner run has no live node record (Rule 5)."""
