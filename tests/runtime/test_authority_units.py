@@ -18,6 +18,7 @@ from zlink_trio._integration.store import (
     Applied,
     Batch,
     Conflict,
+    Delete,
     Expired,
     Found,
     IfMissing,
@@ -101,11 +102,15 @@ class Interposed:
         self.page: int | None = None
         self.expire: list[bool] = []
         self.scans: list[tuple[str, str | None]] = []
+        self.calls: list[str] = []
+        """The store statements asked for: "read" or "write", in order."""
 
     async def read(self, key: str) -> Missing | Found:
+        self.calls.append("read")
         return await self.store.read(key)
 
     async def write(self, batch: Batch) -> Applied | Conflict:
+        self.calls.append("write")
         hook, self.before_write = self.before_write, None
         if hook is not None:
             await hook()
@@ -331,6 +336,35 @@ async def test_a_claim_that_loses_the_write_reads_again_and_sees_the_winner(
     assert Held(won[0].record) == outcome
     record = await found(stores.location, f"m/{mesh.value}/spot/room-3")
     assert won[0].version == record.version
+
+
+@pytest.mark.spec("SPOT-92")
+async def test_a_claim_is_one_statement_unless_its_guess_was_wrong(
+    stores: Stores, mesh: MeshName
+) -> None:
+    """A new id: one write. The same id again on the same run after its record went: one write
+    (the run remembers the counter it wrote). On another run, whose guess of the counter is
+    wrong: two writes, the second built on what the first one's Conflict carried. A held id: one
+    write, answered Held."""
+    alpha, alpha_store = interposed(stores, mesh, "alpha")
+    beta, beta_store = interposed(stores, mesh, "beta")
+    spot = SpotId("room-9")
+    key = f"m/{mesh.value}/spot/room-9"
+    first = await claimed(alpha, spot)
+    assert ["write"] == alpha_store.calls
+    assert isinstance(await stores.location.write(Batch([], [Delete(key)])), Applied)
+    alpha_store.calls.clear()
+    second = await claimed(alpha, spot)
+    assert ["write"] == alpha_store.calls
+    assert ObjectGeneration(2) == second.record.generation
+    assert isinstance(await beta.authority.claim(spot, SpotKind.USER, ROOM), Held)
+    assert ["write"] == beta_store.calls
+    assert isinstance(await stores.location.write(Batch([], [Delete(key)])), Applied)
+    beta_store.calls.clear()
+    third = await claimed(beta, spot)
+    assert ["write", "write"] == beta_store.calls
+    assert ObjectGeneration(3) == third.record.generation
+    assert first.record.generation < second.record.generation < third.record.generation
 
 
 @pytest.mark.spec("ID-6.12")
