@@ -338,7 +338,7 @@ async def test_a_claim_that_loses_the_write_reads_again_and_sees_the_winner(
     assert won[0].version == record.version
 
 
-@pytest.mark.spec("SPOT-92")
+@pytest.mark.spec("SPOT-93")
 async def test_a_claim_is_one_statement_unless_its_guess_was_wrong(
     stores: Stores, mesh: MeshName
 ) -> None:
