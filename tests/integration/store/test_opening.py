@@ -269,3 +269,32 @@ from sqlalchemy import bindparam, select, update  # noqa: E402  # test-only help
 
 async def _stamp(database: Database, version: int) -> None:
     await database.fetch(_STAMP, {"version": version})
+
+
+_SYNCHRONOUS_COMMIT = Statement("SELECT current_setting('synchronous_commit') AS setting", ())
+
+
+@pytest.mark.spec("STORE-42", "KIT-8")
+async def test_commits_wait_for_the_disk_unless_the_store_is_for_tests(store_dsn: str) -> None:
+    """A store's sessions commit durably by default; ``durable_commits=False`` (the testing
+    kit's shared pool) turns PostgreSQL's ``synchronous_commit`` off for its sessions only."""
+    from zlink_trio.testing import open_test_stores
+
+    async def setting(stores: store_package.Stores) -> list[str]:
+        # Two at once: both of the pool's connections, not the same one twice.
+        rows: list[str] = []
+
+        async def one() -> None:
+            row = await stores.database.fetch_one(_SYNCHRONOUS_COMMIT, {})
+            rows.append(row["setting"])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one)
+            nursery.start_soon(one)
+        return rows
+
+    async with store_package.open_stores(StoreConfig(dsn=store_dsn), environ={}) as durable:
+        assert ["on", "on"] == await setting(durable)
+        async with open_test_stores(store_dsn) as for_tests:
+            assert ["off", "off"] == await setting(for_tests)
+        assert ["on", "on"] == await setting(durable)

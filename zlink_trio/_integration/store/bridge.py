@@ -331,17 +331,29 @@ class Database:
 
 @asynccontextmanager
 async def open_database(
-    dsn: str, *, min_size: int, max_size: int, operation_timeout: float, startup_timeout: float
+    dsn: str,
+    *,
+    min_size: int,
+    max_size: int,
+    operation_timeout: float,
+    startup_timeout: float,
+    durable_commits: bool = True,
 ) -> AsyncIterator[Database]:
-    """Open the trio-asyncio loop and the asyncpg pool; close both on exit.
+    """Open the trio-asyncio loop and the asyncpg pool; close both on exit. With
+    ``durable_commits=False`` the pool's sessions commit without waiting for the disk.
 
     ``ConfigurationError`` when the server rejects the DSN (unknown database, user or password,
     bad option); ``ZLinkError(UNAVAILABLE)`` when no server answers within ``startup_timeout``.
     """
     where = describe_dsn(dsn)
     async with trio_asyncio.open_loop() as loop:
+        settings = dict(_SESSION_SETTINGS)
+        if not durable_commits:
+            # The commit returns once its WAL is written, before the disk has it: a crash of
+            # the server may lose the last commits, never corrupt what is kept (STORE-42).
+            settings["synchronous_commit"] = "off"
         pool = await _create_pool(
-            loop, dsn, min_size, max_size, operation_timeout, startup_timeout, where
+            loop, dsn, min_size, max_size, operation_timeout, startup_timeout, where, settings
         )
         try:
             yield Database(loop, pool, dsn, operation_timeout)
@@ -361,6 +373,7 @@ async def _create_pool(
     operation_timeout: float,
     startup_timeout: float,
     where: str,
+    settings: dict[str, str],
 ) -> Any:
     with trio.move_on_after(startup_timeout):
         try:
@@ -373,7 +386,7 @@ async def _create_pool(
                     max_size=max_size,
                     timeout=operation_timeout,
                     reset=_keep_session,
-                    server_settings=_SESSION_SETTINGS,
+                    server_settings=settings,
                 ),
             )
         except _REJECTED_SETTINGS as error:

@@ -48,6 +48,11 @@ class StoreConfig:
     """How long a paged scan's snapshot is held after its first page."""
     max_open_scans: int = 2
     """Most scan snapshots held at once; opening one more expires the oldest."""
+    durable_commits: bool = True
+    """``False``: a write returns before the database has its commit on disk (PostgreSQL's
+    ``synchronous_commit=off``), about half a write's time; a crash of the database server may
+    lose the last writes but never corrupts the store (STORE-42). For test stores, whose records
+    nobody needs after a crash; never for a mesh that serves."""
 
     def __attrs_post_init__(self) -> None:
         problems = []

@@ -80,6 +80,7 @@ async def _open(
             max_size=config.pool_max_size,
             operation_timeout=config.operation_timeout,
             startup_timeout=config.startup_timeout,
+            durable_commits=config.durable_commits,
         ) as database:
             await ensure_schema(database)
             async with trio.open_nursery() as nursery:
