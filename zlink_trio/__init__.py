@@ -19,6 +19,14 @@ from zlink_trio._runtime.declarations.handlers import (
     request_handler,
     timer_handler,
 )
+from zlink_trio._runtime.declarations.relocation import (
+    ActorRelocationAdapter,
+    RelocationPolicy,
+    SpotRelocationAdapter,
+    disable_relocation,
+    preserve_state_with,
+    recreate_on_relocation,
+)
 from zlink_trio._runtime.declarations.values import (
     ActorCreateResponse,
     ActorCreateResult,
@@ -71,6 +79,7 @@ __all__ = [
     "ActorJoinOutcome",
     "ActorManager",
     "ActorRef",
+    "ActorRelocationAdapter",
     "ActorRequestCall",
     "ActorSendCall",
     "Application",
@@ -87,6 +96,7 @@ __all__ = [
     "NodeRid",
     "ObjectGeneration",
     "RelocationCoordinationMode",
+    "RelocationPolicy",
     "Route",
     "Spot",
     "SpotActorJoinResult",
@@ -102,6 +112,7 @@ __all__ = [
     "SpotKind",
     "SpotManager",
     "SpotRef",
+    "SpotRelocationAdapter",
     "SpotRequestCall",
     "SpotSendCall",
     "SpotTimers",
@@ -113,8 +124,11 @@ __all__ = [
     "Workers",
     "ZLinkError",
     "__version__",
+    "disable_relocation",
     "open_host",
     "packet_handler",
+    "preserve_state_with",
+    "recreate_on_relocation",
     "request_handler",
     "timer_handler",
 ]

@@ -224,6 +224,7 @@ def _node_json(row: NodeRow) -> dict[str, object]:
         "completion_endpoint": record.completion_endpoint,
         "types": [name.value for name in record.types],
         "load": record.load,
+        "application_version": record.application_version,
         "version": row.version,
     }
 
@@ -296,7 +297,8 @@ def render_text(snapshot: Snapshot) -> str:
             record = node.record
             lines.append(
                 f"    {record.rid.value}  generation {record.generation.value}  {record.state}  "
-                f"load {record.load}  version {node.version}"
+                f"application version {record.application_version}  load {record.load}  "
+                f"version {node.version}"
             )
             lines.append(
                 f"      application {record.application_endpoint or '-'}  "

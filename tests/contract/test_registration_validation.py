@@ -142,7 +142,7 @@ async def test_application_signaled_with_per_actor_fails_validation() -> None:
     @app.user_spot(
         "reg.Lanes",
         mode=zl.SpotFactoryMode.PER_ACTOR,
-        relocation=zl.RelocationCoordinationMode.APPLICATION_SIGNALED,
+        coordination=zl.RelocationCoordinationMode.APPLICATION_SIGNALED,
     )
     class Lanes(zl.Spot):
         pass
@@ -244,4 +244,4 @@ def test_a_user_spot_defaults_to_spot_wide_and_framework_managed() -> None:
     registry = app.freeze()
     declared = registry.spot_types[zl.StableTypeName("reg.Plain")]
     assert zl.SpotFactoryMode.SPOT_WIDE == declared.mode
-    assert zl.RelocationCoordinationMode.FRAMEWORK_MANAGED == declared.relocation
+    assert zl.RelocationCoordinationMode.FRAMEWORK_MANAGED == declared.coordination

@@ -49,6 +49,8 @@ class User(zl.Actor):
 COMMAND_TIMEOUT = 60.0
 NODE_GENERATION = 2**63 + 5
 """Above 2**53, so a JSON reader that took it as a number would round it."""
+HOST_VERSION = "3.0.7"
+"""The application version of the host the inspections run beside (MESH-24)."""
 
 
 @attrs.frozen
@@ -105,7 +107,8 @@ async def version_of(store_dsn: str, key: str) -> int:
 @asynccontextmanager
 async def populated(store_dsn: str) -> AsyncIterator[Seen]:
     mesh = f"inspect-{uuid.uuid4().hex[:8]}"
-    async with zl.open_host(app, zl.HostConfig(mesh=mesh, store_dsn=store_dsn)) as host:
+    config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, application_version=HOST_VERSION)
+    async with zl.open_host(app, config) as host:
         spot = await host.spots.get_or_create("room-1", "inspect.Room").submit()
         actor_id = f"user-{uuid.uuid4().hex[:8]}"
         actor = await host.actors.create(actor_id, "inspect.User").submit()
@@ -118,6 +121,7 @@ async def populated(store_dsn: str) -> AsyncIterator[Seen]:
             "serving",
             (StableTypeName("inspect.Room"),),
             3,
+            application_version="2.10.1",
         )
         node_version = await put_raw(store_dsn, f"m/{mesh}/node/hand-written-node", node.encode())
         yield Seen(
@@ -136,11 +140,11 @@ def _text(done: subprocess.CompletedProcess[bytes]) -> tuple[str, str]:
     return done.stdout.decode(), done.stderr.decode()
 
 
-@pytest.mark.spec("INSPECT-1", "INSPECT-2")
+@pytest.mark.spec("INSPECT-1", "INSPECT-2", "MESH-24")
 async def test_inspect_lists_nodes_spots_and_actors(store_dsn: str) -> None:
-    """The text listing names the node record (generation, state, endpoints, load, version), the
-    Spot (id, generation, kind, type, owner RID, version) and the Actor (kind printed as
-    ``actor``)."""
+    """The text listing names the node record (generation, state, application version,
+    endpoints, load, version), the Spot (id, generation, kind, type, owner RID, version) and the
+    Actor (kind printed as ``actor``)."""
     async with populated(store_dsn) as seen:
         done = await run_cli("store", "inspect", "--dsn", store_dsn, "--mesh", seen.mesh)
         out, err = _text(done)
@@ -151,7 +155,10 @@ async def test_inspect_lists_nodes_spots_and_actors(store_dsn: str) -> None:
         assert f"generation {NODE_GENERATION}" in node_line
         assert "serving" in node_line
         assert "load 3" in node_line
+        assert "application version 2.10.1  " in node_line
         assert f"version {seen.node_version}" in node_line
+        own_line = next(line for line in out.splitlines() if owner in line and "load" in line)
+        assert f"application version {HOST_VERSION}  " in own_line
         assert "application tcp://127.0.0.1:7001  completion tcp://127.0.0.1:7002" in out
         spot_line = next(line for line in out.splitlines() if line.strip().startswith("room-1"))
         assert f"generation {seen.spot_generation}" in spot_line
@@ -186,8 +193,11 @@ async def test_inspect_json_holds_the_fields_with_generations_as_strings(store_d
             "completion_endpoint": "tcp://127.0.0.1:7002",
             "types": ["inspect.Room"],
             "load": 3,
+            "application_version": "2.10.1",
             "version": seen.node_version,
         } == node
+        [own] = [node for node in mesh["nodes"] if node["rid"] == seen.host.node_rid.value]
+        assert HOST_VERSION == own["application_version"]
         [spot] = [spot for spot in mesh["spots"] if spot["spot_id"] == "room-1"]
         assert str(seen.spot_generation) == spot["generation"]
         assert "user" == spot["kind"]

@@ -115,6 +115,7 @@ async def test_the_record_is_stored_under_the_node_key_with_a_renewed_lease(
         completion_endpoint="tcp://127.0.0.1:5556",
         types=[StableTypeName("chat.Room"), StableTypeName("chat.Lobby")],
         max_message_bytes=65536,
+        application_version="4.2",
     )
     alpha = Membership(stores.location, mesh, record, lease=5.0, renew_every=0.2)
     key = key_of(mesh, "alpha")
@@ -133,6 +134,7 @@ async def test_the_record_is_stored_under_the_node_key_with_a_renewed_lease(
                 "types": ["chat.Room", "chat.Lobby"],
                 "load": 0,
                 "max_message": 65536,
+                "app_version": "4.2",
             } == cbor2.loads(first.value)
             assert first.expires_at is None  # silence, judged by peers, ends it (MESH-6)
             with trio.fail_after(10):
@@ -189,6 +191,8 @@ GOOD = {
         cbor2.dumps(dict(GOOD, max_message="4096")),
         cbor2.dumps(dict(GOOD, max_message=0)),
         cbor2.dumps(dict(GOOD, max_message=True)),
+        cbor2.dumps(dict(GOOD, app_version=3)),
+        cbor2.dumps(dict(GOOD, app_version="3.x")),
     ],
 )
 def test_decode_refuses_malformed_bytes_with_value_error(raw: bytes) -> None:
@@ -196,8 +200,30 @@ def test_decode_refuses_malformed_bytes_with_value_error(raw: bytes) -> None:
     the optional fields (an older run's) decodes, its message limit unknown."""
     old = NodeRecord.decode(cbor2.dumps(GOOD))
     assert (NodeRid("n1"), None, "") == (old.rid, old.max_message_bytes, old.curve_key)
+    assert "0" == old.application_version
     with pytest.raises(ValueError):
         NodeRecord.decode(raw)
+
+
+@pytest.mark.spec("MESH-24")
+def test_a_record_carries_the_application_version_as_configured() -> None:
+    """The version is stored as written ("2.0" stays "2.0"), a record without one (an older
+    run's) is version "0", and a record or a value with a malformed version is refused."""
+    for version in ("2.10.1", "2.0", "0"):
+        record = node("a", application_version=version)
+        assert version == cbor2.loads(record.encode())["app_version"]
+        assert version == NodeRecord.decode(record.encode()).application_version
+    assert "0" == node("a").application_version
+    assert "0" == NodeRecord.decode(cbor2.dumps(GOOD)).application_version
+    for bad in ("", "1.x", "01", "1..2", "-1", "\u0663", "1" * 65):
+        with pytest.raises(ValueError):
+            node("a", application_version=bad)
+        with pytest.raises(ValueError):
+            NodeRecord.decode(cbor2.dumps(dict(GOOD, app_version=bad)))
+    with pytest.raises(TypeError):
+        node("a", application_version=2)
+    with pytest.raises(ValueError):
+        NodeRecord.decode(cbor2.dumps(dict(GOOD, app_version=2)))
 
 
 # --- discovery -----------------------------------------------------------------------------------
@@ -872,6 +898,8 @@ def made(**options: Any) -> Callable[[], object]:
         (lambda: node("a", types=["x.Y"]), TypeError),
         (lambda: node("a", types=[StableTypeName("x.Y")] * 2), ValueError),
         (lambda: node("a", application_endpoint=None), TypeError),
+        (lambda: node("a", application_version="1.x"), ValueError),
+        (lambda: node("a", application_version=1), TypeError),
     ],
 )
 def test_bad_arguments_are_refused_when_made(

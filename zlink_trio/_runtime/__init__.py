@@ -11,7 +11,8 @@ dependency graph to its bottom; each imports only subsystems below it, and a tes
 - ``spots``: Spot activations, gates in use, lifecycle, creation, Spot timers
 - ``node``: the local node's shared state and the envelope of an admitted message
 - ``ownership``: authority records and node membership in the Location Store
-- ``declarations``: handler decorators, the frozen registry, ``HostConfig``, value types
+- ``declarations``: handler decorators, the frozen registry, ``HostConfig``, value types,
+  relocation policies and adapters
 - ``engines``: gate, mailbox, completion dispatcher, timers, workers, the application clock
   (know nothing of Spots)
 

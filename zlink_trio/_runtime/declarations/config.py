@@ -1,5 +1,6 @@
 """Host configuration and the checks of durations (specs/registration.md REG-8.1;
-specs/completion.md CMP-3.10, CMP-9.9; specs/shutdown.md SHUT-4.8).
+specs/completion.md CMP-3.10, CMP-9.9; specs/shutdown.md SHUT-4.8; specs/relocation.md
+RELOC-32, RELOC-33).
 
 A ``HostConfig`` is checked as a whole when it is made: every bad value is listed in one
 ``ConfigurationError`` (REG-5.11), so a host never starts from a contradictory configuration.
@@ -16,10 +17,12 @@ import attrs
 
 from zlink_trio._runtime.engines.workers import MAX_CPU_SLOTS
 from zlink_trio._wire.ids import is_z85_key
+from zlink_trio._wire.versions import parse_application_version
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import MeshName, NodeRid
 
 __all__ = [
+    "DEFAULT_CHUNK_LIMIT",
     "FRAME_HEADROOM",
     "MAX_APP_JOB_QUEUE_SIZE",
     "MAX_MESSAGE_BYTES",
@@ -40,6 +43,8 @@ MIN_MESSAGE_BYTES = 1024
 """Smallest message limit: the framework's own messages must fit."""
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Largest message limit: a message is held whole in memory by sender and receiver."""
+DEFAULT_CHUNK_LIMIT = 256 * 1024
+"""Default largest chunk of a relocation payload, when ``max_message_bytes`` is not smaller."""
 FRAME_HEADROOM = 64 * 1024
 """Bytes the transport's frame limit adds to the message limit for a message's header frame
 (its ids and metadata); a header over it is refused at the sender too (TRN-27)."""
@@ -88,6 +93,34 @@ def _check_message_bytes(value: object) -> None:
         raise ValueError(
             f"max_message_bytes must be in {MIN_MESSAGE_BYTES}..{MAX_MESSAGE_BYTES}, got {value}"
         )
+
+
+def _default_chunk_limit(config: HostConfig) -> int:
+    limit = config.max_message_bytes
+    valid = not isinstance(limit, bool) and isinstance(limit, int)
+    return min(DEFAULT_CHUNK_LIMIT, limit) if valid else DEFAULT_CHUNK_LIMIT
+
+
+def _check_chunk_limit(value: object, message_limit: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"relocation_payload_chunk_limit_bytes takes an int, not {type(value).__name__}"
+        )
+    # A bad message limit is reported on its own; the chunk is then held to the widest range.
+    valid = type(message_limit) is int and _problem(_check_message_bytes, message_limit) is None
+    limit = message_limit if valid and isinstance(message_limit, int) else MAX_MESSAGE_BYTES
+    if not 1 <= value <= limit:
+        raise ValueError(
+            f"relocation_payload_chunk_limit_bytes must be in 1..max_message_bytes ({limit}), "
+            f"got {value}"
+        )
+
+
+def _check_application_version(value: object) -> None:
+    try:
+        parse_application_version(value)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"application_version: {error}") from None
 
 
 def check_curve_secret(value: object, where: str) -> str:
@@ -182,6 +215,17 @@ class HostConfig:
     a larger one is refused at its sender with ``PROTOCOL_ERROR``, whether its target is on this
     host or another (specs/messages.md MSG-1). Give every host of a mesh the same value: a
     receiver drops, and counts, a frame over its own limit."""
+    application_version: str = "0"
+    """The version of the application this host runs, published in its node record: dotted
+    non-negative integers without leading zeros (``"3"``, ``"2.10.1"``), compared component by
+    component as numbers, a missing component counting as 0 (``"2" == "2.0"``). A rolling
+    update relocates to hosts of a higher version, a planned maintenance to the same one
+    (specs/relocation.md RELOC-32)."""
+    relocation_payload_chunk_limit_bytes: int = attrs.field(
+        default=attrs.Factory(_default_chunk_limit, takes_self=True)
+    )
+    """Largest chunk a relocation payload is sent in, 1..``max_message_bytes``; the default is
+    256 KiB, or ``max_message_bytes`` when that is smaller (specs/relocation.md RELOC-33)."""
 
     def __attrs_post_init__(self) -> None:
         found = [
@@ -197,6 +241,12 @@ class HostConfig:
             _problem(_check_mailbox_limit, self.mailbox_limit),
             _problem(_check_cpu_slots, self.cpu_worker_slots),
             _problem(_check_message_bytes, self.max_message_bytes),
+            _problem(_check_application_version, self.application_version),
+            _problem(
+                _check_chunk_limit,
+                self.relocation_payload_chunk_limit_bytes,
+                self.max_message_bytes,
+            ),
             _problem(
                 _check_security,
                 self.transport_security,

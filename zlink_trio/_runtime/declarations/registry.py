@@ -1,6 +1,7 @@
 """The frozen registry of an application's declarations and their one-time validation
 (specs/registration.md REG-5.1..REG-5.6,
-REG-5.8, REG-5.10..REG-5.12, REG-7.1, REG-7.2; specs/spots.md SPOT-66, SPOT-79, SPOT-80).
+REG-5.8, REG-5.10..REG-5.12, REG-7.1, REG-7.2; specs/spots.md SPOT-66, SPOT-79, SPOT-80;
+specs/relocation.md RELOC-2, RELOC-3, RELOC-24: the relocation checks are ``relocation.py``).
 
 The decorators that record declarations are ``application/application.py``; this module knows
 only the declared classes, never the base classes they extend, so the registry sits below the
@@ -25,6 +26,11 @@ from typing import Any
 import attrs
 
 from zlink_trio._runtime.declarations.handlers import HandlerKind, mark_of, timer_name_of
+from zlink_trio._runtime.declarations.relocation import (
+    RelocationPolicy,
+    disable_relocation,
+    resolve_policy,
+)
 from zlink_trio._runtime.declarations.system import RESERVED_PREFIX, SYSTEM_MESSAGES
 from zlink_trio._wire.payload import MessageTypes
 from zlink_trio.errors import ConfigurationError
@@ -33,6 +39,7 @@ from zlink_trio.options import RelocationCoordinationMode, SpotFactoryMode
 
 __all__ = [
     "DEFAULT_ENTRY_TYPE",
+    "ActorDeclaration",
     "ActorType",
     "Handler",
     "Registry",
@@ -62,10 +69,13 @@ class SpotType:
     kind: SpotKind
     cls: type
     mode: SpotFactoryMode
-    relocation: RelocationCoordinationMode
+    coordination: RelocationCoordinationMode
     handlers: Mapping[type, Handler]
     timers: Mapping[str, str] = attrs.field(factory=dict)
     """Timer name -> the method declared with ``@zl.timer_handler(name)`` (TIMER-12)."""
+    relocation: RelocationPolicy = attrs.field(factory=disable_relocation)
+    """What a relocation does to it, its default resolved (RELOC-2); the Entry Spot's is
+    ``disable_relocation()``: every host has its own."""
 
 
 @attrs.frozen
@@ -75,6 +85,8 @@ class ActorType:
     name: StableTypeName
     cls: type
     handlers: Mapping[type, Handler]
+    relocation: RelocationPolicy = attrs.field(factory=disable_relocation)
+    """What a relocation does to it, its default resolved (RELOC-2)."""
 
 
 DEFAULT_ENTRY_TYPE = StableTypeName("zlink.EntrySpot")
@@ -118,13 +130,25 @@ class SpotDeclaration:
     kind: SpotKind
     cls: type
     mode: SpotFactoryMode
-    relocation: RelocationCoordinationMode
+    coordination: RelocationCoordinationMode
+    relocation: RelocationPolicy | None = None
+    """``relocation=`` as given; ``None`` when the decorator had none."""
+
+
+@attrs.define
+class ActorDeclaration:
+    """One ``@app.actor`` as declared."""
+
+    name: StableTypeName
+    cls: type
+    relocation: RelocationPolicy | None = None
+    """``relocation=`` as given; ``None`` when the decorator had none."""
 
 
 def validate(
     messages: list[tuple[StableTypeName, type]],
     spots: list[SpotDeclaration],
-    actors: list[tuple[StableTypeName, type]],
+    actors: list[ActorDeclaration],
     default_entry: type,
 ) -> Registry:
     """Check every declaration at once and build the frozen registry (Rule 1); one
@@ -177,7 +201,7 @@ def validate(
                     declaration.kind,
                     declaration.cls,
                     declaration.mode,
-                    declaration.relocation,
+                    declaration.coordination,
                     _handlers_of(declaration.name, declaration.cls, declared, problems),
                     _timers_of(declaration, problems),
                 )
@@ -190,29 +214,40 @@ def validate(
             )
             continue
         taken[declaration.name] = label
+        per_actor = declaration.mode is SpotFactoryMode.PER_ACTOR
         if (
-            declaration.mode is SpotFactoryMode.PER_ACTOR
-            and declaration.relocation is RelocationCoordinationMode.APPLICATION_SIGNALED
+            per_actor
+            and declaration.coordination is RelocationCoordinationMode.APPLICATION_SIGNALED
         ):
             problems.append(
                 f"{declaration.name}: APPLICATION_SIGNALED is allowed only with SPOT_WIDE, "
                 "not PER_ACTOR"
             )
         handlers = _handlers_of(declaration.name, declaration.cls, declared, problems)
+        relocation = resolve_policy(
+            str(declaration.name),
+            declaration.cls,
+            declaration.relocation,
+            actor=False,
+            per_actor=per_actor,
+            problems=problems,
+        )
         spot_types[declaration.name] = SpotType(
             declaration.name,
             declaration.kind,
             declaration.cls,
             declaration.mode,
-            declaration.relocation,
+            declaration.coordination,
             handlers,
             _timers_of(declaration, problems),
+            relocation,
         )
     if len(entry_types) > 1:
         names = ", ".join(t.cls.__qualname__ for t in entry_types)
         problems.append(f"an application has one Entry Spot; @entry_spot marks {names}")
     actor_types: dict[StableTypeName, ActorType] = {}
-    for name, cls in actors:
+    for actor in actors:
+        name, cls = actor.name, actor.cls
         label = f"actor {cls.__qualname__}"
         if name in taken:
             problems.append(f"{name} is declared twice (as {taken[name]} and as {label})")
@@ -224,7 +259,11 @@ def validate(
                     f"{name}.{attribute}: Actor timers are not supported by this runtime; "
                     "put the timer on the Actor's Spot"
                 )
-        actor_types[name] = ActorType(name, cls, _handlers_of(name, cls, declared, problems))
+        handlers = _handlers_of(name, cls, declared, problems)
+        relocation = resolve_policy(
+            str(name), cls, actor.relocation, actor=True, per_actor=False, problems=problems
+        )
+        actor_types[name] = ActorType(name, cls, handlers, relocation)
     if problems:
         raise ConfigurationError(problems)
     entry_type = (

@@ -229,6 +229,7 @@ async def open_host_on(
                     curve_key="" if curve_secret is None else curve_public(curve_secret).decode(),
                     # Peers send this run nothing larger, and reply with nothing larger (MSG-6).
                     max_message_bytes=config.max_message_bytes,
+                    application_version=config.application_version,
                 ),
                 lease=config.node_lease,
                 fence=fence,

@@ -1,17 +1,19 @@
 """The node record a run publishes, and the peer events membership reports (specs/mesh.md
-MESH-1, MESH-2, MESH-7, MESH-13, MESH-16).
+MESH-1, MESH-2, MESH-7, MESH-13, MESH-16, MESH-24).
 
 Key layout, under the mesh's prefix like the authority records:
 
     m/<mesh>/node/<node rid>    the node record of the run that holds the RID (CBOR map):
                                 rid, generation, application and completion endpoints, state
                                 ("serving" | "draining"), stable Spot type names, load,
-                                the run's CURVE key and its message limit (when it has them)
+                                the run's application version, the run's CURVE key and its
+                                message limit (when it has them)
 
 This module owns the value and its bytes: ``NodeRecord`` checks every field when made
 (MESH-16) and decodes only a CBOR map with every required field, ignoring keys it does not
 know (MESH-2); the CURVE key and the message limit may be absent (a run without transport
-security, a run of an older version). ``PeerUp``, ``PeerChanged`` and ``PeerDown`` are what
+security, a run of an older version), and a record without an application version is one of
+version "0" (MESH-24). ``PeerUp``, ``PeerChanged`` and ``PeerDown`` are what
 subscribers are told; a RID whose record names another generation is a ``PeerDown`` then a
 ``PeerUp``, never a change (MESH-7). The small pure helpers here are shared by the own
 record's lease (``lease``) and the watch over the peers (``peer_watch``); this module imports
@@ -27,6 +29,7 @@ import attrs
 import cbor2
 
 from zlink_trio._wire.ids import is_z85_key
+from zlink_trio._wire.versions import parse_application_version
 from zlink_trio.ids import NodeGeneration, NodeRid, StableTypeName
 
 __all__ = [
@@ -101,6 +104,10 @@ def _check_message_limit(_instance: object, _attribute: object, value: Any) -> N
         raise ValueError(f"max_message_bytes must be positive, got {value}")
 
 
+def _check_version(_instance: object, _attribute: object, value: Any) -> None:
+    parse_application_version(value)
+
+
 def _check_endpoint(_instance: object, attribute: attrs.Attribute[str], value: Any) -> None:
     if type(value) is not str:
         raise TypeError(f"{attribute.name} must be a str, not {type(value).__name__}")
@@ -131,6 +138,9 @@ class NodeRecord:
     peers send it nothing larger and reply to it with nothing larger (specs/messages.md MSG-6).
     ``None`` for a record without it (a run of an older version): peers then hold it to their
     own limit, as every host did before the limit was published."""
+    application_version: str = attrs.field(default="0", validator=_check_version)
+    """The run's ``HostConfig.application_version``, as configured; a record written before
+    versions were published decodes as ``"0"`` (MESH-24)."""
 
     def encode(self) -> bytes:
         """The CBOR bytes stored at the node's key."""
@@ -149,6 +159,7 @@ class NodeRecord:
                     if self.max_message_bytes is not None
                     else {}
                 ),
+                "app_version": self.application_version,
             }
         )
 
@@ -183,6 +194,7 @@ class NodeRecord:
                 data["load"],
                 data.get("curve", ""),
                 data.get("max_message"),
+                data.get("app_version", "0"),
             )
         except (TypeError, ValueError) as error:
             raise ValueError(f"a node record holds a bad field: {error}") from None
