@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import attrs
@@ -15,7 +16,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
-from zlink_trio._integration.store import Missing
+from zlink_trio._integration.store import Missing, ScanPage, Stores
 from zlink_trio.testing import (
     VirtualClock,
     open_test_host,
@@ -349,6 +350,66 @@ async def test_hosts_of_one_run_share_one_pool_that_outlives_them(store_dsn: str
                 ).submit()
                 assert host.node_rid.value == where.node_rid
         assert isinstance(await stores.location.read("kit/absent"), Missing)
+
+
+async def _keys(stores: Stores, mesh: str) -> list[str]:
+    page = await stores.location.scan(f"m/{mesh}/", 100)
+    assert isinstance(page, ScanPage)
+    return [record.key for record in page.records]
+
+
+@pytest.mark.spec("KIT-12")
+async def test_a_mesh_the_kit_named_leaves_nothing_in_the_store(store_dsn: str) -> None:
+    """A test host on the run's pool, in a mesh the kit named: while it runs the store holds its
+    Spot's generation counter; once it closed, nothing of its mesh is left. A mesh the test named
+    itself is left as it is, and so is a mesh while another host of it is open."""
+    async with open_test_stores(store_dsn) as stores:
+        async with open_test_host(app, dsn=store_dsn, stores=stores) as host:
+            mesh = host.mesh.value
+            await host.spots.get_or_create("room", "kit.Room").submit()
+            assert f"m/{mesh}/generation/room" in await _keys(stores, mesh)
+        assert [] == await _keys(stores, mesh)
+        async with open_test_mesh(app, hosts=2, dsn=store_dsn, stores=stores) as pair:
+            mesh = pair[0].mesh.value
+            await pair[1].spots.get_or_create("room", "kit.Room").submit()
+        assert [] == await _keys(stores, mesh)
+        own = f"kit-own-{uuid.uuid4().hex[:8]}"
+        async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=own) as host:
+            await host.spots.get_or_create("room", "kit.Room").submit()
+        assert f"m/{own}/generation/room" in await _keys(stores, own)
+
+
+@pytest.mark.spec("KIT-12")
+def test_the_harness_clears_the_meshes_of_its_examples(store_dsn: str) -> None:
+    """Each example's mesh is cleared with the next ones or when the harness's loop stops."""
+    from hypothesis.stateful import rule
+
+    from zlink_trio.testing import HostStateMachine, stateful
+
+    class Machine(HostStateMachine):
+        @rule()
+        def nothing(self) -> None:
+            pass
+
+    Machine.app = app
+    Machine.dsn = store_dsn
+    meshes = []
+    for _ in range(2):
+        machine = Machine()
+        machine.run(machine.host.spots.get_or_create("room", "kit.Room").submit)
+        meshes.append(machine.host.mesh.value)
+        machine.teardown()
+
+    async def left() -> list[list[str]]:
+        async with open_test_stores(store_dsn) as stores:
+            return [await _keys(stores, mesh) for mesh in meshes]
+
+    before = trio.run(left)
+    assert all(
+        f"m/{mesh}/generation/room" in keys for mesh, keys in zip(meshes, before, strict=True)
+    )
+    stateful.stop_harness_loop()
+    assert [[], []] == trio.run(left)
 
 
 ticks: list[float] = []

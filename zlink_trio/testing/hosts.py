@@ -33,6 +33,7 @@ from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock
 from zlink_trio._runtime.host.host import Host, open_host_on
 from zlink_trio._runtime.host.quiet import busy_parts
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
+from zlink_trio.testing.cleanup import CLEAR_LIMIT, clear_meshes
 from zlink_trio.testing.clock import VirtualClock
 
 __all__ = [
@@ -155,11 +156,15 @@ async def open_test_host(
     application time (VCLK-1); its ``settle`` becomes this host's ``wait_quiet`` unless set.
     ``stores``: a pool opened by ``open_test_stores`` for hosts of one Trio run to share
     (KIT-8)."""
+    named = "mesh" not in config
     config.setdefault("mesh", f"test-{uuid.uuid4().hex[:12]}")
     host_config = HostConfig(store_dsn=dsn, **config)
-    async with open_host_on(
-        app, host_config, clock=TRIO_CLOCK if clock is None else clock, stores=stores
-    ) as host:
+    async with (
+        _cleared(stores if named else None, config["mesh"]),
+        open_host_on(
+            app, host_config, clock=TRIO_CLOCK if clock is None else clock, stores=stores
+        ) as host,
+    ):
         tested = TestHost(host)
         if isinstance(clock, VirtualClock) and clock.settle is None:
             clock.settle = tested.wait_quiet
@@ -213,8 +218,12 @@ async def open_test_mesh(
     (one ``clock`` is shared by all: its ``settle`` waits for the whole mesh)."""
     if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, got {hosts!r}")
+    named = "mesh" not in config
     config.setdefault("mesh", f"test-{uuid.uuid4().hex[:12]}")
-    async with AsyncExitStack() as stack:
+    async with (
+        _cleared(config.get("stores") if named else None, config["mesh"]),
+        AsyncExitStack() as stack,
+    ):
         opened = [
             await stack.enter_async_context(open_test_host(app, dsn=dsn, **config))
             for _ in range(hosts)
@@ -223,6 +232,18 @@ async def open_test_mesh(
             for host in opened:
                 await _meet(host, [other for other in opened if other is not host])
         yield TestMesh(opened)
+
+
+@asynccontextmanager
+async def _cleared(stores: Stores | None, mesh: str | MeshName) -> AsyncIterator[None]:
+    """After the block, the records of the kit-named ``mesh`` go from ``stores`` (KIT-12)."""
+    try:
+        yield
+    finally:
+        name = mesh.value if isinstance(mesh, MeshName) else mesh
+        if stores is not None and name not in _open:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLEAR_LIMIT):
+                await clear_meshes(stores.location, [name])
 
 
 async def _meet(host: TestHost, others: list[TestHost]) -> None:

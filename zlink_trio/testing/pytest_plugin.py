@@ -19,7 +19,13 @@ from typing import Any
 import pytest
 
 from zlink_trio._runtime.application.application import Application
-from zlink_trio.testing.hosts import TestHost, TestMesh, open_test_host, open_test_mesh
+from zlink_trio.testing.hosts import (
+    TestHost,
+    TestMesh,
+    open_test_host,
+    open_test_mesh,
+    open_test_stores,
+)
 from zlink_trio.testing.store import shared_store
 
 __all__ = ["TestStore", "zlink_app", "zlink_host", "zlink_store"]
@@ -78,6 +84,10 @@ def zlink_app() -> Application:
 
 @pytest.fixture
 async def zlink_host(zlink_store: TestStore, zlink_app: Application) -> AsyncIterator[TestHost]:
-    """A test host of ``zlink_app`` on the run's store, in a mesh of its own (KIT-2)."""
-    async with zlink_store.open_host(zlink_app) as host:
+    """A test host of ``zlink_app`` on the run's store, in a mesh of its own (KIT-2) that is
+    cleared from the store after the test (KIT-12)."""
+    async with (
+        open_test_stores(zlink_store.dsn) as stores,
+        zlink_store.open_host(zlink_app, stores=stores) as host,
+    ):
         yield host

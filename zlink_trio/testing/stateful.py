@@ -281,6 +281,8 @@ class HostStateMachine(RuleBasedStateMachine):
         assert self._ended is not None
         self._exit.set()
         await self._ended.wait()
+        dsn, config = self._config
+        await self._loop.finished(dsn, config["mesh"])
 
 
 class _Events:
