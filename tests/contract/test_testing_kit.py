@@ -24,6 +24,7 @@ from zlink_trio.testing import (
     open_test_stores,
     shared_store_folder,
 )
+from zlink_trio.testing import hosts as kit_hosts
 
 app = zl.Application()
 handled: list[int] = []
@@ -360,23 +361,41 @@ async def _keys(stores: Stores, mesh: str) -> list[str]:
 
 @pytest.mark.spec("KIT-12")
 async def test_a_mesh_the_kit_named_leaves_nothing_in_the_store(store_dsn: str) -> None:
-    """A test host on the run's pool, in a mesh the kit named: while it runs the store holds its
-    Spot's generation counter; once it closed, nothing of its mesh is left. A mesh the test named
-    itself is left as it is, and so is a mesh while another host of it is open."""
+    """Test hosts on the run's pool, in meshes the kit named: once their pool closed, nothing of
+    their meshes is left in the store. A mesh the test named itself is left as it is."""
     async with open_test_stores(store_dsn) as stores:
         async with open_test_host(app, dsn=store_dsn, stores=stores) as host:
-            mesh = host.mesh.value
+            alone = host.mesh.value
             await host.spots.get_or_create("room", "kit.Room").submit()
-            assert f"m/{mesh}/generation/room" in await _keys(stores, mesh)
-        assert [] == await _keys(stores, mesh)
+            assert f"m/{alone}/generation/room" in await _keys(stores, alone)
         async with open_test_mesh(app, hosts=2, dsn=store_dsn, stores=stores) as pair:
-            mesh = pair[0].mesh.value
+            paired = pair[0].mesh.value
             await pair[1].spots.get_or_create("room", "kit.Room").submit()
-        assert [] == await _keys(stores, mesh)
         own = f"kit-own-{uuid.uuid4().hex[:8]}"
         async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=own) as host:
             await host.spots.get_or_create("room", "kit.Room").submit()
+    async with open_test_stores(store_dsn) as stores:
+        assert [] == await _keys(stores, alone)
+        assert [] == await _keys(stores, paired)
         assert f"m/{own}/generation/room" in await _keys(stores, own)
+
+
+@pytest.mark.spec("KIT-12")
+async def test_finished_meshes_are_cleared_in_groups_while_the_pool_serves(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With groups of two: the first finished mesh stays while the pool serves on, and goes
+    together with the second."""
+    monkeypatch.setattr(kit_hosts, "CLEAR_EVERY", 2)
+    async with open_test_stores(store_dsn) as stores:
+        meshes = []
+        for _ in range(2):
+            async with open_test_host(app, dsn=store_dsn, stores=stores) as host:
+                meshes.append(host.mesh.value)
+                await host.spots.get_or_create("room", "kit.Room").submit()
+            if len(meshes) == 1:
+                assert f"m/{meshes[0]}/generation/room" in await _keys(stores, meshes[0])
+        assert [[], []] == [await _keys(stores, mesh) for mesh in meshes]
 
 
 @pytest.mark.spec("KIT-12")

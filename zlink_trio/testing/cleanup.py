@@ -23,10 +23,12 @@ import trio
 from zlink_trio._integration.store import Batch, Delete, Expired, LocationStore
 from zlink_trio.errors import ZLinkError
 
-__all__ = ["CLEAR_LIMIT", "clear_meshes"]
+__all__ = ["CLEAR_EVERY", "CLEAR_LIMIT", "clear_meshes"]
 
 _log = logging.getLogger("zlink_trio.testing")
 
+CLEAR_EVERY = 64
+"""Finished meshes of one pool cleared together: one pause every so many tests or examples."""
 CLEAR_LIMIT = 10.0
 """Seconds a clearing may take; what is left stays in the store."""
 _PAGE = 500

@@ -33,7 +33,7 @@ from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock
 from zlink_trio._runtime.host.host import Host, open_host_on
 from zlink_trio._runtime.host.quiet import busy_parts
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
-from zlink_trio.testing.cleanup import CLEAR_LIMIT, clear_meshes
+from zlink_trio.testing.cleanup import CLEAR_EVERY, CLEAR_LIMIT, clear_meshes
 from zlink_trio.testing.clock import VirtualClock
 
 __all__ = [
@@ -53,6 +53,8 @@ MEET_TIMEOUT = 30.0
 _NO_TRAFFIC = Traffic()
 """The ledger of a host without a transport: nothing sent, nothing received."""
 _open: dict[str, list[TestHost]] = {}
+_pending: dict[int, list[str]] = {}
+"""Per open pool of ``open_test_stores`` (by id), the finished meshes not cleared yet."""
 """The kit's live hosts in this process, by mesh name: whose traffic the barrier balances."""
 
 
@@ -206,7 +208,12 @@ async def open_test_stores(dsn: str | None = None) -> AsyncIterator[Stores]:
     it starts without opening a pool, checking the schema and starting a listener of its own."""
     # Test records are worth nothing after a crash: commits do not wait for the disk (STORE-42).
     async with open_stores(StoreConfig(dsn=dsn, durable_commits=False)) as stores:
-        yield stores
+        _pending[id(stores)] = []
+        try:
+            yield stores
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLEAR_LIMIT):
+                await clear_meshes(stores.location, _pending.pop(id(stores)))
 
 
 @asynccontextmanager
@@ -242,8 +249,24 @@ async def _cleared(stores: Stores | None, mesh: str | MeshName) -> AsyncIterator
     finally:
         name = mesh.value if isinstance(mesh, MeshName) else mesh
         if stores is not None and name not in _open:
-            with trio.CancelScope(shield=True), trio.move_on_after(CLEAR_LIMIT):
-                await clear_meshes(stores.location, [name])
+            with trio.CancelScope(shield=True):
+                await finish_mesh(stores, name)
+
+
+async def finish_mesh(stores: Stores, mesh: str) -> None:
+    """``mesh`` is finished: on a pool of ``open_test_stores`` its records go with the next
+    ``CLEAR_EVERY`` finished meshes or when the pool closes, on any other at once (KIT-12)."""
+    pending = _pending.get(id(stores))
+    if pending is None:
+        meshes = [mesh]
+    else:
+        pending.append(mesh)
+        if len(pending) < CLEAR_EVERY:
+            return
+        meshes = pending[:]
+        pending.clear()
+    with trio.move_on_after(CLEAR_LIMIT):
+        await clear_meshes(stores.location, meshes)
 
 
 async def _meet(host: TestHost, others: list[TestHost]) -> None:

@@ -23,8 +23,7 @@ from typing import Any
 import trio
 
 from zlink_trio._integration.store import Stores
-from zlink_trio.testing.cleanup import CLEAR_LIMIT, clear_meshes
-from zlink_trio.testing.hosts import open_test_stores
+from zlink_trio.testing.hosts import finish_mesh, open_test_stores
 from zlink_trio.testing.scheduling import trio_random
 from zlink_trio.testing.store import START_LIMIT, STOP_LIMIT, open_shared_store
 
@@ -33,8 +32,6 @@ __all__ = ["GRACE", "LOOP_START", "HarnessLoop", "harness_loop", "stop_harness_l
 GRACE = 10.0
 """Seconds the calling thread waits beyond a call's own timeout before it gives up (Rule 2)."""
 LOOP_START = 20.0
-CLEAR_EVERY = 64
-"""Finished meshes cleared together (KIT-12): one pause every so many examples."""
 
 
 class HarnessLoop:
@@ -49,8 +46,6 @@ class HarnessLoop:
         self._dsn_lock = threading.Lock()
         self._pools: dict[str, Stores] = {}
         self._pools_lock: trio.Lock | None = None
-        self._finished: dict[str, list[str]] = {}
-        """Per store, the finished meshes not cleared yet (KIT-12)."""
         self.error: BaseException | None = None
         """What ended the loop, if anything but ``stop()`` did."""
         self._thread = threading.Thread(target=self._main, name="zlink-harness", daemon=True)
@@ -152,11 +147,7 @@ class HarnessLoop:
                     try:
                         async with open_test_stores(dsn) as stores:
                             task_status.started(stores)
-                            try:
-                                await trio.sleep_forever()
-                            finally:
-                                with trio.CancelScope(shield=True), trio.move_on_after(CLEAR_LIMIT):
-                                    await clear_meshes(stores.location, self._finished.pop(dsn, []))
+                            await trio.sleep_forever()
                     finally:
                         self._pools.pop(dsn, None)
 
@@ -164,14 +155,9 @@ class HarnessLoop:
             return self._pools[dsn]
 
     async def finished(self, dsn: str, mesh: str) -> None:
-        """``mesh`` on ``dsn`` is done: its records are cleared with the next ``CLEAR_EVERY``
-        finished meshes, or when the loop stops (KIT-12). Called in the loop."""
-        done = self._finished.setdefault(dsn, [])
-        done.append(mesh)
-        if len(done) >= CLEAR_EVERY:
-            del self._finished[dsn]
-            with trio.move_on_after(CLEAR_LIMIT):
-                await clear_meshes((await self.pool(dsn)).location, done)
+        """``mesh`` on ``dsn`` is done: its records are cleared with the next finished meshes
+        of the loop's pool, or when the loop stops (KIT-12). Called in the loop."""
+        await finish_mesh(await self.pool(dsn), mesh)
 
     def stop(self) -> None:
         """End the loop: cancel what it holds (a joined store leaves it), bounded."""
