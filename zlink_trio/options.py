@@ -1,4 +1,5 @@
-"""Public option enums and option values for Spots and timers (specs/spots.md, specs/timers.md)."""
+"""Public option enums and option values for Spots, timers and host relocation (specs/spots.md,
+specs/timers.md, specs/relocation.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import enum
 import attrs
 
 __all__ = [
+    "HostStatus",
     "RelocationCoordinationMode",
+    "RelocationMode",
+    "RelocationOutcome",
+    "RelocationReason",
+    "RelocationResult",
     "SpotFactoryMode",
     "TimerOptions",
     "TimerOverrunPolicy",
@@ -69,3 +75,65 @@ class TimerOptions:
         default=TimerOverrunPolicy.SKIP_LATE_TICKS, validator=_check_policy, kw_only=True
     )
     max_catch_up_ticks: int = attrs.field(default=1, validator=_check_catch_up, kw_only=True)
+
+
+class RelocationMode(enum.IntEnum):
+    """How a host relocation chooses its targets (RELOC-41): the numbers are the wire values."""
+
+    PLANNED_MAINTENANCE = 0
+    """Targets run the same application version as this host; the call names no version."""
+    ROLLING_UPDATE = 1
+    """Targets run exactly ``target_version``, which must be higher than this host's."""
+
+
+class RelocationOutcome(enum.IntEnum):
+    """How a host relocation ended (RELOC-42)."""
+
+    RELOCATED = 0
+    """Every Spot and Actor of the host was moved (or there was none); reason ``NONE``."""
+    BLOCKED = 1
+    """Nothing more moves; the reason says why, and the host serves on (SHUT-3.11)."""
+
+
+class RelocationReason(enum.IntEnum):
+    """Why a host relocation was blocked (RELOC-42); ``NONE`` only with ``RELOCATED``."""
+
+    NONE = 0
+    TARGET_UNAVAILABLE = 1
+    STORE_UNAVAILABLE = 2
+    RELOCATION_DISABLED = 3
+    STATE_INCOMPATIBLE = 4
+    DEADLINE_EXCEEDED = 5
+    RELOCATION_FAILED = 6
+    RUNTIME_NOT_READY = 7
+    MANUAL_TOPOLOGY_UNSUPPORTED = 8
+    SHUTDOWN_REQUESTED = 9
+    OPERATION_IN_PROGRESS = 10
+
+
+class HostStatus(enum.IntEnum):
+    """Where a host is in its life (RELOC-43); only ``SERVING`` takes new Spots and Actors."""
+
+    PREPARING = 0
+    SERVING = 1
+    RELOCATING = 2
+    RELOCATED = 3
+    DRAINING = 4
+    STOPPED = 5
+    ERROR = 6
+
+
+@attrs.frozen
+class RelocationResult:
+    """What ``host.relocate()`` ended with (RELOC-42): the call's mode, the application version
+    the targets had to run, the outcome and its reason."""
+
+    mode: RelocationMode
+    target_version: str
+    outcome: RelocationOutcome
+    reason: RelocationReason
+
+    @property
+    def relocated(self) -> bool:
+        """Whether the outcome is ``RELOCATED``."""
+        return self.outcome is RelocationOutcome.RELOCATED

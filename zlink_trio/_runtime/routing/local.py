@@ -97,6 +97,7 @@ def resolve_spot(
         raise ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {spot_id}")
     spot_type = _instance_type(node, instance)
     handler = handler_of(spot_type, message_type, kind)
+    node.check_placing()
     activation = Activation(spots, spot_type, spot_id, None)
     # Registered before any checkpoint, so the caller's message is the first admitted.
     spots.activations[spot_id] = activation

@@ -107,6 +107,7 @@ async def _create_new(
 ) -> SpotCreateResult:
     node = spots.node
     spot_type = node.registry.spot_types[type_name]
+    node.check_placing()
     try:
         claimed = await node.authority.claim(spot_id, SpotKind.USER, type_name)
     except trio.Cancelled:

@@ -1,0 +1,286 @@
+"""Host relocation as one operation of the host (specs/relocation.md RELOC-41..RELOC-44;
+specs/shutdown.md SHUT-3.x, SHUT-7.1, SHUT-7.2; issue 14, item 2).
+
+``host.relocate(mode, target_version=, deadline=)`` runs here; ``relocate_and_shutdown`` is it
+followed by ``shutdown()`` when everything moved.
+
+Rule 1: bad arguments change nothing. The mode, the target version (none for planned
+maintenance; a higher, well-formed one for a rolling update) and the deadline are checked
+before the status is read, as ``TypeError`` or ``ValueError`` (RELOC-41).
+Rule 2: one operation at a time. A call while one runs joins it when it names the same mode and
+effective target version, and is answered ``BLOCKED/OPERATION_IN_PROGRESS`` at once otherwise
+(SHUT-3.2, SHUT-3.3); after ``RELOCATED`` the same conditions get that result again. A blocked
+result is not kept: the next call starts over (SHUT-3.7). A caller's cancellation ends only its
+own wait; the operation is the host's (a task of the host nursery).
+Rule 3: the check comes first. While the status stays SERVING and everything is admitted as
+before, the operation lists what would move (every live User and Instance Spot and every Actor;
+the Entry Spot stays) and refuses a host holding a type that may not move
+(``RELOCATION_DISABLED``) (SHUT-3.5).
+Rule 4: the host stops taking new work only for a move. With something to move, the operation
+waits until the deadline for a target: a peer that is SERVING, runs the version the mode asks
+for, and declares every type to move; none by then is ``TARGET_UNAVAILABLE`` with the host
+unchanged (SHUT-3.6, SHUT-7.2). With nothing to move, the host becomes RELOCATING (its record
+says so, and it places no new Spot or Actor: RELOC-44), lets creations already under way end,
+and becomes RELOCATED without a target (SHUT-3.8).
+Rule 5: shutdown wins. Once shutdown starts, a running operation ends
+``BLOCKED/SHUTDOWN_REQUESTED`` and a new one is refused the same way (SHUT-3.4, SHUT-7.1); no
+blocked relocation shuts the host down, and a host that was RELOCATING serves again (SHUT-3.9,
+SHUT-3.11).
+Moving a live Spot or Actor (issue 14, item 3) is not built yet: with a target found and units to
+move, the operation ends ``BLOCKED/RELOCATION_FAILED`` before anything is sealed, and says so in
+the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import attrs
+import trio
+
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.host.status import StatusBoard
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.ownership.membership import Membership
+from zlink_trio._runtime.ownership.node_record import RELOCATED, RELOCATING, SERVING, NodeRecord
+from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio._wire.versions import parse_application_version
+from zlink_trio.ids import SpotKind, StableTypeName
+from zlink_trio.options import (
+    HostStatus,
+    RelocationMode,
+    RelocationOutcome,
+    RelocationReason,
+    RelocationResult,
+)
+
+__all__ = ["DEFAULT_DEADLINE", "Relocator"]
+
+_log = logging.getLogger("zlink_trio.runtime.relocation")
+
+DEFAULT_DEADLINE = 30.0
+"""Seconds a relocation may take when the call gives no deadline."""
+
+
+@attrs.frozen
+class _Conditions:
+    mode: RelocationMode
+    version: str
+    """The effective target version, as text."""
+    numbers: tuple[int, ...]
+    deadline: float = attrs.field(eq=False)
+
+    def result(self, reason: RelocationReason) -> RelocationResult:
+        outcome = (
+            RelocationOutcome.RELOCATED
+            if reason is RelocationReason.NONE
+            else RelocationOutcome.BLOCKED
+        )
+        return RelocationResult(self.mode, self.version, outcome, reason)
+
+
+class _Operation:
+    def __init__(self, conditions: _Conditions) -> None:
+        self.conditions = conditions
+        self.result: RelocationResult | None = None
+        self.done = trio.Event()
+        self.scope = trio.CancelScope()
+
+    def finish(self, reason: RelocationReason) -> None:
+        if self.result is None:
+            self.result = self.conditions.result(reason)
+            self.done.set()
+
+
+def check_arguments(
+    mode: object, target_version: object, deadline: object, own_version: str
+) -> _Conditions:
+    """Rule 1: the call's conditions, or ``TypeError`` / ``ValueError``."""
+    if not isinstance(mode, RelocationMode):
+        raise TypeError(f"mode takes a zl.RelocationMode, not {mode!r}")
+    if isinstance(deadline, bool) or not isinstance(deadline, int | float):
+        raise TypeError(f"deadline takes seconds as a number, not {type(deadline).__name__}")
+    if not (deadline > 0 and math.isfinite(deadline)):
+        raise ValueError(f"deadline must be a positive finite number of seconds, got {deadline}")
+    own = parse_application_version(own_version)
+    if mode is RelocationMode.PLANNED_MAINTENANCE:
+        if target_version is not None:
+            raise ValueError(
+                "a planned maintenance moves to hosts of this host's own application version "
+                f"({own_version}); it takes no target_version, got {target_version!r}"
+            )
+        return _Conditions(mode, own_version, own, float(deadline))
+    if target_version is None:
+        raise ValueError("a rolling update needs target_version, the version to move to")
+    numbers = parse_application_version(target_version)
+    assert isinstance(target_version, str)  # parse_application_version checked it
+    if numbers <= own:
+        raise ValueError(
+            f"a rolling update moves to a higher application version than this host's "
+            f"({own_version}), got {target_version!r}"
+        )
+    return _Conditions(mode, target_version, numbers, float(deadline))
+
+
+class Relocator:
+    """The host's relocation operation (Rules 2-5)."""
+
+    def __init__(
+        self,
+        node: LocalNode,
+        board: StatusBoard,
+        spots: SpotCatalog[Activation],
+        actors: ActorCatalog[ActorActivation],
+    ) -> None:
+        self._node = node
+        self._board = board
+        self._spots = spots
+        self._actors = actors
+        self.membership: Membership | None = None
+        self.nursery: trio.Nursery | None = None
+        self._running: _Operation | None = None
+        self._relocated: _Operation | None = None
+        self._shutting_down = False
+
+    async def relocate(
+        self, mode: object, target_version: object, deadline: object
+    ) -> RelocationResult:
+        """Rules 1 and 2: check, then start, join or refuse, and wait for the result."""
+        conditions = check_arguments(
+            mode, target_version, deadline, self._node.config.application_version
+        )
+        status = self._board.status
+        if self._shutting_down or status is HostStatus.DRAINING:
+            return conditions.result(RelocationReason.SHUTDOWN_REQUESTED)
+        if status in (HostStatus.PREPARING, HostStatus.STOPPED, HostStatus.ERROR):
+            return conditions.result(RelocationReason.RUNTIME_NOT_READY)
+        operation = self._running or self._relocated
+        if operation is not None:
+            if operation.conditions != conditions:
+                return conditions.result(RelocationReason.OPERATION_IN_PROGRESS)
+        else:
+            assert self.nursery is not None  # bound once the host serves
+            operation = self._running = _Operation(conditions)
+            self.nursery.start_soon(self._run, operation)
+        await operation.done.wait()
+        assert operation.result is not None
+        return operation.result
+
+    def shutdown_started(self) -> None:
+        """Rule 5: the running operation ends ``SHUTDOWN_REQUESTED``; no new one starts."""
+        self._shutting_down = True
+        running = self._running
+        if running is not None:
+            running.finish(RelocationReason.SHUTDOWN_REQUESTED)
+            running.scope.cancel()
+
+    async def _run(self, operation: _Operation) -> None:
+        try:
+            with operation.scope:
+                reason = await self._relocate(operation.conditions)
+                operation.finish(reason)
+        except Exception:
+            _log.exception("relocation of host %s failed", self._node.node_rid)
+            operation.finish(RelocationReason.RELOCATION_FAILED)
+        finally:
+            operation.finish(RelocationReason.SHUTDOWN_REQUESTED)  # cancelled by shutdown
+            self._running = None
+            if operation.result is not None and operation.result.relocated:
+                self._relocated = operation
+            elif not self._shutting_down and self._board.status is HostStatus.RELOCATING:
+                self._serve_again()
+
+    async def _relocate(self, conditions: _Conditions) -> RelocationReason:
+        deadline = trio.current_time() + conditions.deadline
+        units = self._units()
+        disabled = sorted({name.value for name, policy in units if policy == "disable"})
+        if disabled:
+            _log.info("relocation blocked: these types may not move: %s", ", ".join(disabled))
+            return RelocationReason.RELOCATION_DISABLED
+        if not units:
+            return await self._relocate_nothing(deadline)
+        # Node records list the Spot types a host serves; an Actor type is checked when it moves.
+        types = {name for name, _policy in units if name in self._node.registry.spot_types}
+        with trio.move_on_at(deadline):
+            target = await self._target(conditions, types)
+            _log.warning(
+                "relocation of host %s found target %s for %d unit(s), but moving live Spots "
+                "and Actors is not built yet (issue 14, item 3): blocked before anything sealed",
+                self._node.node_rid,
+                target.rid,
+                len(units),
+            )
+            return RelocationReason.RELOCATION_FAILED
+        return RelocationReason.TARGET_UNAVAILABLE
+
+    def _units(self) -> list[tuple[StableTypeName, str]]:
+        """Rule 3: every live Spot (the Entry Spot stays) and Actor, by type and policy kind."""
+        units: list[tuple[StableTypeName, str]] = [
+            (activation.spot_type.name, activation.spot_type.relocation.kind)
+            for activation in self._spots.live
+            if activation.kind is not SpotKind.ENTRY and activation.accepting
+        ]
+        units.extend(
+            (actor.actor_type.name, actor.actor_type.relocation.kind)
+            for actor in self._actors.live
+            if actor.accepting
+        )
+        return units
+
+    async def _relocate_nothing(self, deadline: float) -> RelocationReason:
+        """Rule 4's second half (SHUT-3.8)."""
+        self._stop_placing(RELOCATING, HostStatus.RELOCATING)
+        with trio.move_on_at(deadline):
+            creating = [*self._spots.creating.values(), *self._actors.creating.values()]
+            for done in creating:
+                await done.wait()
+            if self._units():
+                # Made by a creation that was under way at the check: there is something to
+                # move after all, and moving is not built yet (see the module docstring).
+                return RelocationReason.RELOCATION_FAILED
+            self._stop_placing(RELOCATED, HostStatus.RELOCATED)
+            return RelocationReason.NONE
+        return RelocationReason.DEADLINE_EXCEEDED
+
+    def _stop_placing(self, state: str, status: HostStatus) -> None:
+        self._node.placing = f"it is {state}"
+        if self.membership is not None:
+            self.membership.update(state=state)
+        self._board.set(status)
+
+    def _serve_again(self) -> None:
+        """SHUT-3.9, SHUT-3.11: a blocked relocation leaves the host serving."""
+        self._node.placing = None
+        if self.membership is not None:
+            self.membership.update(state=SERVING)
+        self._board.set(HostStatus.SERVING)
+
+    async def _target(self, conditions: _Conditions, types: set[StableTypeName]) -> NodeRecord:
+        """Rule 4: the first fitting peer, waiting for membership changes until one fits."""
+        assert self.membership is not None
+        while True:
+            events = self.membership.subscribe()
+            async with events:
+                while True:
+                    for record in self.membership.peers().values():
+                        if _fits(record, conditions, types):
+                            return record
+                    try:
+                        await events.receive()
+                    except trio.EndOfChannel:
+                        break  # fell behind: a fresh subscription starts from a snapshot
+
+
+def _fits(record: NodeRecord, conditions: _Conditions, types: set[StableTypeName]) -> bool:
+    try:
+        version = parse_application_version(record.application_version)
+    except (TypeError, ValueError):
+        return False
+    return (
+        record.state == SERVING
+        and version == conditions.numbers
+        and types.issubset(set(record.types))
+    )
