@@ -62,7 +62,8 @@ close and activates a new incarnation (routing/messaging.py Rule 3). Idleness, c
 and timers are on the host's application clock (``node.clock``, VCLK-2); the release of the
 store record after closing keeps Trio's clock.
 Rule 9: a seal stops turns at their boundary (spots/sealing.py). While ``hold`` is set, a message
-the gate task took goes back to the front unrun, a tick is deferred (engines/timers.py Rule 6),
+the gate task took goes back to the front unrun (the seal waits until the gate task rests, so
+none is left in its hands), a tick is deferred (engines/timers.py Rule 6),
 control turns wait for the seal to end, and the end of the last running turn sets ``hold.quiet``.
 Only host shutdown breaks a seal; any other close is refused (SPOT-35). A detached incarnation
 (``RELOCATION_OUT``) or one restored but not opened does not release the store record: it is the
@@ -154,6 +155,7 @@ class Activation(SpotIngress):
         self._busy = 0
         self._idle_since = math.inf
         self._idle_watch = trio.CancelScope()
+        self._parked = False
         self.keeps_record = False
         """The store record is another incarnation's: ``_finish`` leaves it (Rule 9)."""
         self.restoring: Callable[[Any], Awaitable[None]] | None = None
@@ -214,6 +216,12 @@ class Activation(SpotIngress):
     def turns_running(self) -> int:
         """Message, tick and control turns started and not ended, yielded ones included."""
         return self._busy
+
+    @property
+    def gate_task_resting(self) -> bool:
+        """The gate task has no message in hand: it waits in the mailbox, or for a seal to end
+        (trio hands a received message over before the receiver runs: Rule 9)."""
+        return self._parked or self.mailbox.receive.statistics().tasks_waiting_receive > 0
 
     @property
     def busy(self) -> bool:
@@ -402,7 +410,11 @@ class Activation(SpotIngress):
             else:  # sealed while it waited: back in front, unrun (Rule 9)
                 self.gate.release()
                 front.appendleft((envelope, permit))
-                await hold.ended.wait()
+                self._parked = True
+                try:
+                    await hold.ended.wait()
+                finally:
+                    self._parked = False
                 continue
             if self._drop_admitted:
                 self._fail_one(envelope, _gone(self.spot_id))

@@ -11,8 +11,8 @@ Theory of operation.
 Rule 1: a seal is a barrier at a turn boundary (SPOT-75). ``seal`` sets the activation's hold at
 once, so everything offered from then on waits in it (spots/ingress.py) and no new turn, tick or
 control turn starts (activation.py Rule 9); it returns once no turn runs, a ``yield_()``
-continuation included, every task that was waiting for the gate has backed off, and every timer
-is paused between ticks (a running tick ends on the source, TIMER-17). Then it takes the front
+continuation included, every task that was waiting for the gate has backed off, the gate task
+holds no message, and every timer is paused between ticks (a running tick ends on the source, TIMER-17). Then it takes the front
 and the mailbox as the unrun entries. Cancelled before that, it abandons the seal and admission
 is exactly as before.
 Rule 2: a snapshot is a plain value. ``capture`` returns a ``SpotSnapshot``: the unrun entries,
@@ -118,15 +118,16 @@ async def seal(activation: Activation) -> SealedSpot:
     gate = activation.gate
     try:
         while not hold.broken:
+            # Whoever was waiting for the gate gets it before this and backs off (Rule 1).
             await gate.acquire()
-            running = activation.turns_running
+            running, resting = activation.turns_running, activation.gate_task_resting
             gate.release()
-            if not running:
+            if running:
+                await hold.quiet.wait()  # a turn, or a yield_() continuation, is still running
+            elif resting:
                 break
-            await hold.quiet.wait()  # a turn, or a yield_() continuation, is still running
-        # Whoever was waiting for the gate got it before this and backed off (Rule 1).
-        await gate.acquire()
-        gate.release()
+            else:
+                await trio.sleep(0)  # the gate task has a message in hand: let it put it back
         await activation.timers.wait_paused()
     except BaseException:
         if activation.hold is hold:
