@@ -22,7 +22,8 @@ import trio.testing
 
 import zlink_trio as zl
 from zlink_trio._runtime.spots.activation import Activation
-from zlink_trio._runtime.spots.sealing import RestoredSpot, prepare_restore, seal
+from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio._runtime.spots.sealing import prepare_restore, seal
 from zlink_trio.ids import SpotId
 from zlink_trio.testing import TestHost, VirtualClock, open_test_host
 
@@ -146,7 +147,8 @@ class Box(zl.InstanceSpot):
     @zl.request_handler(Detour)
     async def detour(self, msg: Detour) -> Answer:
         self.probe.note(f"{msg.text}-out@{self.incarnation}")
-        call = self.context.route.request_to_spot(f"{self.key}-gk", Ask(msg.text), reply_type=Answer)
+        keeper = f"{self.key}-gk"
+        call = self.context.route.request_to_spot(keeper, Ask(msg.text), reply_type=Answer)
         await call.instance_spot("seal.Gatekeeper").yield_()
         self.probe.note(f"{msg.text}-back@{self.incarnation}")
         return Answer(msg.text)
@@ -207,9 +209,14 @@ async def host_on(store_dsn: str, clock: VirtualClock | None = None) -> AsyncIte
         yield host
 
 
+def catalog_of(host: TestHost) -> SpotCatalog[Activation]:
+    spots = host.host._tree.spots
+    assert spots is not None
+    return spots
+
+
 def activation_of(host: TestHost, spot_id: str) -> Activation:
-    activation: Activation = host.host._tree.spots.activations[SpotId(spot_id)]
-    return activation
+    return catalog_of(host).activations[SpotId(spot_id)]
 
 
 async def send(host: TestHost, spot_id: str, message: object) -> None:
@@ -336,3 +343,164 @@ async def test_a_seal_waits_for_a_yield_continuation_to_end(store_dsn: str) -> N
         await probe.wait_log(4)
     assert ["d-out@1", "m1@1", "d-back@1", "m2@1"] == probe.log
     assert isinstance(asks.answers["d"], Answer)
+
+
+# --- detach and restore -------------------------------------------------------------------------
+
+
+async def wait_sealed(nursery: trio.Nursery, activation: Activation) -> Any:
+    sealing = await started_seal(nursery, activation)
+    with trio.fail_after(10):
+        while not sealing:
+            await trio.testing.wait_all_tasks_blocked()
+    return sealing[0]
+
+
+@pytest.mark.spec("RELOC-35", "RELOC-37", "RELOC-38", "SPOT-46")
+async def test_a_detached_spot_is_restored_with_its_queue_state_and_timers_in_order(
+    store_dsn: str,
+) -> None:
+    """On one host: the source's running tick ends there; the restored instance, same id and
+    generation, gets the adapter payload, runs no lifecycle callback, runs the captured messages,
+    then the one held after the capture, then a new one; its timer goes on from the captured
+    tick without being started again and ticks only once Ready; the source closes with
+    RELOCATION_OUT and leaves the store record to the target."""
+    clock = VirtualClock()
+    spot_id, probe = new_box()
+    probe.block_ticks = {1}
+    async with host_on(store_dsn, clock) as host, trio.open_nursery() as nursery:
+        before = await ask(host, spot_id, Ask("hello"))
+        await send(host, spot_id, Beat(10.0, catch_up=5))
+        await trio.testing.wait_all_tasks_blocked()  # the timer starts at 0 s
+        await clock.advance(10.0)  # tick 1 starts and blocks
+        with trio.fail_after(10):
+            await probe.blocking.wait()
+        source = activation_of(host, spot_id)
+        sealing = await started_seal(nursery, source)
+        await send(host, spot_id, Note("q1"))  # held
+        assert [] == sealing  # the running tick ends first (TIMER-17)
+        await clock.advance(25.0)  # ticks 2 and 3 fall due while sealed: none runs
+        probe.release.set()
+        with trio.fail_after(10):
+            while not sealing:
+                await trio.testing.wait_all_tasks_blocked()
+        sealed = sealing[0]
+        assert ["hello@1", "tick1@1"] == probe.log
+        snapshot = sealed.capture()
+        (state,) = snapshot.timers
+        assert (1, [2, 3]) == (state.last_sequence, [tick.number for tick in state.pending])
+        payload = await sealed.capture_payload()
+        assert b"1:2" == payload
+        restored = await prepare_restore(catalog_of(host), snapshot, sealed.claim, payload)
+        await clock.advance(0.0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert [b"1:2"] == probe.restored
+        assert (2, 1) == (probe.instances, probe.initialized)  # no on_initialize on the target
+        assert ["hello@1", "tick1@1"] == probe.log  # nothing runs before it is open
+        await send(host, spot_id, Note("late"))  # held after the capture: forwarded at detach
+        sealed.detach(restored.take)
+        restored.open()
+        await send(host, spot_id, Note("new"))
+        with trio.fail_after(10):
+            await probe.closed.wait()
+        await probe.wait_log(7)
+        after = await ask(host, spot_id, Ask("bye"))
+        await clock.advance(10.0)  # tick 4 is due at 40 s
+        await probe.wait_log(9)
+        assert activation_of(host, spot_id) is restored.activation
+        record = await host.host._node.authority.read(SpotId(spot_id))
+        assert record is not None  # the source's close left the record to the target
+        assert (before.generation, "ready") == (record.generation.value, record.state)
+    assert [zl.SpotCloseReason.RELOCATION_OUT, zl.SpotCloseReason.HOST_SHUTDOWN] == probe.closing
+    assert before.generation == after.generation
+    # on_initialize ran once for the generation, on the source
+    assert (2, 1) == (probe.instances, probe.initialized)
+    moved = [entry for entry in probe.log[2:] if entry.endswith("@2")]
+    assert len(probe.log) - 2 == len(moved)  # everything after the seal ran on the target
+    notes = [entry.split("@")[0] for entry in moved if not entry.startswith("tick")]
+    assert ["q1", "late", "new", "bye"] == notes
+    ticks = [entry.split("@")[0] for entry in moved if entry.startswith("tick")]
+    assert ["tick2", "tick3", "tick4"] == ticks
+
+
+# --- what cannot be sealed, and what breaks a seal ----------------------------------------------
+
+
+@pytest.mark.spec("RELOC-39", "SPOT-35")
+async def test_what_cannot_be_sealed_and_a_close_while_sealed_is_unavailable(
+    store_dsn: str,
+) -> None:
+    """Entry and PER_ACTOR Spots and a sealed one cannot be sealed (INVALID_OPERATION), a
+    closing one neither (UNAVAILABLE); closing a sealed User Spot is UNAVAILABLE, and after the
+    abort it closes."""
+    async with host_on(store_dsn) as host, trio.open_nursery() as nursery:
+        spots = catalog_of(host)
+        lanes = await host.spots.get_or_create(f"l-{uuid.uuid4().hex[:8]}", "seal.Lanes").submit()
+        room = await host.spots.get_or_create(f"r-{uuid.uuid4().hex[:8]}", "seal.Room").submit()
+        for activation in (spots.entry, spots.activations[lanes.spot_ref.spot_id]):
+            with pytest.raises(zl.ZLinkError) as refused:
+                await seal(activation)
+            assert zl.ErrorKind.INVALID_OPERATION == refused.value.kind
+        sealed = await wait_sealed(nursery, spots.activations[room.spot_ref.spot_id])
+        with pytest.raises(zl.ZLinkError) as twice:
+            await seal(sealed.activation)
+        assert zl.ErrorKind.INVALID_OPERATION == twice.value.kind
+        with pytest.raises(zl.ZLinkError) as closing, trio.fail_after(10):
+            await host.spots.close(room.spot_ref)
+        assert zl.ErrorKind.UNAVAILABLE == closing.value.kind
+        sealed.abort()
+        with trio.fail_after(10):
+            assert await host.spots.close(room.spot_ref)
+        with pytest.raises(zl.ZLinkError) as closed:
+            await seal(sealed.activation)
+        assert zl.ErrorKind.UNAVAILABLE == closed.value.kind
+
+
+@pytest.mark.spec("RELOC-40")
+async def test_host_shutdown_breaks_a_seal_and_ends_every_held_request(store_dsn: str) -> None:
+    """Shutting the host down while a Spot is sealed ends its queued and held requests with an
+    error instead of leaving them waiting, and on_closing gets HOST_SHUTDOWN."""
+    spot_id, probe = new_box()
+    async with trio.open_nursery() as nursery:
+        async with host_on(store_dsn) as host:
+            await send(host, spot_id, Note("first"))
+            await probe.wait_log(1)
+            asks = Background(nursery, host, spot_id)
+            sealed = await wait_sealed(nursery, activation_of(host, spot_id))
+            await asks.ask(Ask("held"))
+            with trio.fail_after(10):
+                await host.shutdown()
+            assert sealed.activation.closed.is_set()
+        with trio.fail_after(10):
+            while "held" not in asks.answers:
+                await trio.testing.wait_all_tasks_blocked()
+    assert isinstance(asks.answers["held"], zl.ZLinkError)
+    assert ["first@1"] == probe.log
+    assert [zl.SpotCloseReason.HOST_SHUTDOWN] == probe.closing
+
+
+@pytest.mark.spec("SPOT-76", "RELOC-34")
+async def test_a_seal_whose_barrier_fails_restores_admission_as_it_was(store_dsn: str) -> None:
+    """A seal cancelled while the turn it waits for still runs is abandoned: what it held runs
+    after what was queued, in order, each once, and later messages are admitted as before."""
+    spot_id, probe = new_box()
+    async with host_on(store_dsn) as host, trio.open_nursery() as nursery:
+        asks = Background(nursery, host, spot_id)
+        await asks.ask(Block("block"))
+        with trio.fail_after(10):
+            await probe.blocking.wait()
+        await send(host, spot_id, Note("m1"))
+        activation = activation_of(host, spot_id)
+        with trio.CancelScope() as barrier:
+            async with trio.open_nursery() as sealing:
+                sealing.start_soon(seal, activation)
+                await trio.testing.wait_all_tasks_blocked()
+                assert activation.hold is not None
+                await send(host, spot_id, Note("h1"))  # held
+                barrier.cancel()  # the barrier fails: the seal is abandoned
+        assert activation.hold is None
+        await send(host, spot_id, Note("after"))
+        probe.release.set()
+        await probe.wait_log(4)
+        await trio.testing.wait_all_tasks_blocked()
+    assert ["block@1", "m1@1", "h1@1", "after@1"] == probe.log

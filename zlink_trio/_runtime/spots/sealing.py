@@ -12,9 +12,9 @@ Rule 1: a seal is a barrier at a turn boundary (SPOT-75). ``seal`` sets the acti
 once, so everything offered from then on waits in it (spots/ingress.py) and no new turn, tick or
 control turn starts (activation.py Rule 9); it returns once no turn runs, a ``yield_()``
 continuation included, every task that was waiting for the gate has backed off, the gate task
-holds no message, and every timer is paused between ticks (a running tick ends on the source, TIMER-17). Then it takes the front
-and the mailbox as the unrun entries. Cancelled before that, it abandons the seal and admission
-is exactly as before.
+holds no message, and every timer is paused between ticks (a running tick ends on the source,
+TIMER-17). Then it takes the front and the mailbox as the unrun entries. Cancelled before that,
+it abandons the seal and admission is exactly as before (SPOT-76).
 Rule 2: a snapshot is a plain value. ``capture`` returns a ``SpotSnapshot``: the unrun entries,
 then the held ones, in order, each the admitted ``Envelope`` itself (message, handler, context
 with metadata and deadline, reply route), and each timer's ``TimerState``. It marks how much of
@@ -127,11 +127,15 @@ async def seal(activation: Activation) -> SealedSpot:
             elif resting:
                 break
             else:
-                await trio.sleep(0)  # the gate task has a message in hand: let it put it back
+                # The gate task has a message in hand: let it run and put it back.
+                await trio.lowlevel.checkpoint()
         await activation.timers.wait_paused()
     except BaseException:
         if activation.hold is hold:
-            activation.reopen()  # the barrier failed: admission as it was (SPOT-76)
+            # The barrier failed: admission as it was (SPOT-76). What is queued still goes
+            # before what was held.
+            hold.unrun = activation.take_queued()
+            activation.reopen()
             activation.timers.resume()
         raise
     if hold.broken:
