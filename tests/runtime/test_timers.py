@@ -16,7 +16,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from zlink_trio._runtime.engines.timers import LogicalTimer, TimerState, TimerTick
+from zlink_trio._runtime.engines.timers import LogicalTimer, TickDeferred, TimerState, TimerTick
 from zlink_trio.options import TimerOptions, TimerOverrunPolicy
 
 SKIP = TimerOptions(overrun_policy=TimerOverrunPolicy.SKIP_LATE_TICKS)
@@ -408,6 +408,37 @@ async def test_state_cannot_be_captured_while_a_tick_runs(autojump_clock: MockCl
 
     await timer.run(on_tick)
     assert 1 == len(failures)
+
+
+@pytest.mark.spec("TIMER-35")
+@pytest.mark.parametrize("options", [SKIP, catch_up(3), DELAY], ids=["skip", "catch-up", "delay"])
+async def test_a_deferred_tick_stays_pending_and_runs_first_where_the_state_goes(
+    options: TimerOptions, autojump_clock: MockClock
+) -> None:
+    """on_tick raising TickDeferred ends the run with that tick pending: the state carries it,
+    and a timer made from the state runs it first, with its own number, due time and count."""
+    timer = LogicalTimer("flush", 10.0, options)
+    offered: list[TimerTick] = []
+
+    async def refuse_the_second(tick: TimerTick) -> None:
+        offered.append(tick)
+        if len(offered) == 2:
+            raise TickDeferred
+
+    with trio.fail_after(1_000):
+        await timer.run(refuse_the_second)  # returns at the deferral, without a cancel()
+    assert 20.0 == trio.current_time()
+    deferred = offered[1]
+    assert (2, 20.0, 0) == (deferred.number, deferred.scheduled_at, deferred.skipped)
+    assert 1 == timer.last_sequence  # the deferred tick did not complete
+    state = timer.state()
+    assert (deferred,) == state.pending
+    assert 3 == state.next_sequence
+    target = LogicalTimer.from_state(state)
+    recorder = Recorder(target, 2)
+    await target.run(recorder)
+    assert [2, 3] == [seen[0] for seen in recorder.seen]
+    assert (20.0, 0, 20.0) == recorder.seen[0][1:]
 
 
 @pytest.mark.spec("TIMER-28")

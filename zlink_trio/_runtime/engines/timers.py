@@ -21,7 +21,7 @@ import trio
 from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock, check_seconds
 from zlink_trio.options import TimerOptions, TimerOverrunPolicy
 
-__all__ = ["LogicalTimer", "TimerState", "TimerTick"]
+__all__ = ["LogicalTimer", "TickDeferred", "TimerState", "TimerTick"]
 
 logger = logging.getLogger("zlink_trio.timers")
 
@@ -43,6 +43,14 @@ logger = logging.getLogger("zlink_trio.timers")
 #   nominal ticks dropped since the previously delivered (or pending) one.
 # Rule 5 (TIMER-28): pending ticks were chosen before (by a snapshot on the source); they run
 #   first, in order, and only then does the policy look at the clock again.
+# Rule 6 (TIMER-35): ``on_tick`` may refuse a tick before it starts by raising
+#   :class:`TickDeferred` (its Spot is sealed for a relocation): the tick goes back to the front
+#   of the pending ticks and the run ends, so :meth:`LogicalTimer.state` carries it and a timer
+#   made from that state runs it first. A deferred tick is neither run nor dropped.
+
+
+class TickDeferred(Exception):
+    """Raised by ``on_tick`` when it did not start the tick it was given (Rule 6)."""
 
 
 def _check_name(_instance: object, _attribute: object, value: Any) -> None:
@@ -281,7 +289,8 @@ class LogicalTimer:
 
         ``on_tick`` is how the caller turns a tick into a turn. An exception it raises is logged
         and the schedule goes on (TIMER-26); ``trio.Cancelled`` and other ``BaseException`` end
-        the run. A timer runs once: a second call raises ``RuntimeError``.
+        the run; :class:`TickDeferred` ends it with the tick pending again (Rule 6). A timer runs
+        once: a second call raises ``RuntimeError``.
         """
         if self._started:
             raise RuntimeError(f"timer {self._name!r} has already run")
@@ -295,6 +304,9 @@ class LogicalTimer:
             self._running = tick
             try:
                 await on_tick(tick)
+            except TickDeferred:
+                self._pending.appendleft(tick)  # not started: it runs first wherever state goes
+                return
             except Exception:
                 logger.exception(
                     "timer %r: tick %d raised; the timer keeps running", self._name, tick.number

@@ -1,6 +1,7 @@
-"""One live Spot on this host: its mailbox, gate task, turns and lifecycle (specs/spots.md
+"""One live Spot on this host: its gate task, turns and lifecycle (specs/spots.md
 SPOT-13, SPOT-14, SPOT-26, SPOT-39..SPOT-48, SPOT-50, SPOT-59, SPOT-65, SPOT-67, SPOT-68;
-specs/errors.md ERR-5.9; specs/shutdown.md SHUT-7.3; specs/timers.md TIMER-9, TIMER-14).
+specs/errors.md ERR-5.9; specs/shutdown.md SHUT-7.3; specs/timers.md TIMER-9, TIMER-14). What
+it admits and where that waits (mailbox, front, relocation hold) is its base, spots/ingress.py.
 
 Longer than 400 lines: one state machine (activating, ready, closing, closed) whose rules span
 its methods: the gate task hands serving over when a turn yields (Rule 2), closing seals before
@@ -60,6 +61,13 @@ admitted at the same instant still runs; the next ``instance_spot()`` message wa
 close and activates a new incarnation (routing/messaging.py Rule 3). Idleness, closing deadlines
 and timers are on the host's application clock (``node.clock``, VCLK-2); the release of the
 store record after closing keeps Trio's clock.
+Rule 9: a seal stops turns at their boundary (spots/sealing.py). While ``hold`` is set, a message
+the gate task took goes back to the front unrun (the seal waits until the gate task rests, so
+none is left in its hands), a tick is deferred (engines/timers.py Rule 6),
+control turns wait for the seal to end, and the end of the last running turn sets ``hold.quiet``.
+Only host shutdown breaks a seal; any other close is refused (SPOT-35). A detached incarnation
+(``RELOCATION_OUT``) or one restored but not opened does not release the store record: it is the
+other incarnation's (``keeps_record``).
 """
 
 from __future__ import annotations
@@ -77,18 +85,11 @@ from zlink_trio._runtime.declarations.registry import SpotType
 from zlink_trio._runtime.declarations.values import SpotClosingContext, SpotCreateResponse
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
-from zlink_trio._runtime.engines.mailbox import Mailbox
-from zlink_trio._runtime.engines.timers import TimerTick
-from zlink_trio._runtime.node.envelope import (
-    Envelope,
-    admitted,
-    expired,
-    fail_one,
-    handler_failed,
-    reply,
-)
+from zlink_trio._runtime.engines.timers import TickDeferred, TimerTick
+from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, handler_failed, reply
 from zlink_trio._runtime.ownership.authority import Claim, Held
 from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio._runtime.spots.ingress import WAKE, SpotIngress
 from zlink_trio._runtime.spots.timers import SpotTimers
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import NodeRid, ObjectGeneration, SpotCloseReason, SpotId, SpotKind, SpotRef
@@ -110,7 +111,7 @@ class ActivationState(enum.Enum):
     CLOSED = "closed"
 
 
-class Activation:
+class Activation(SpotIngress):
     """One incarnation of a Spot on this host."""
 
     def __init__(
@@ -121,6 +122,7 @@ class Activation:
         claim: Claim | None,
     ) -> None:
         node = catalog.node
+        super().__init__(node)
         self.catalog = catalog
         self.node = node
         self.spot_type = spot_type
@@ -128,7 +130,6 @@ class Activation:
         self._claim = claim
         self.state = ActivationState.ACTIVATING
         self.gate = ExecutionGate()
-        self.mailbox = Mailbox[Envelope](node.config.mailbox_limit)
         spot_wide = spot_type.mode is SpotFactoryMode.SPOT_WIDE
         shared = spot_type.kind is SpotKind.INSTANCE or (
             spot_type.kind is SpotKind.USER and spot_wide
@@ -154,6 +155,12 @@ class Activation:
         self._busy = 0
         self._idle_since = math.inf
         self._idle_watch = trio.CancelScope()
+        self._parked = False
+        self.keeps_record = False
+        """The store record is another incarnation's: ``_finish`` leaves it (Rule 9)."""
+        self.restoring: Callable[[Any], Awaitable[None]] | None = None
+        """Set for an incarnation restored from a snapshot (sealing.py): runs instead of the
+        lifecycle callbacks, which ran for this generation already."""
         # Known to shutdown from the moment it exists, even before its task first runs.
         catalog.live.add(self)
 
@@ -179,37 +186,6 @@ class Activation:
         """Whether the mailbox still admits messages."""
         return self.state in (ActivationState.ACTIVATING, ActivationState.READY)
 
-    def offer(self, envelope: Envelope) -> None:
-        """Put ``envelope`` in the mailbox now: the local admission boundary (CMP-4.4);
-        ``CAPACITY_EXCEEDED`` when it is full (mailbox.py Rule 1)."""
-        if not self.accepting:
-            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
-        self.mailbox.offer(envelope, f"Spot {self.spot_id}")
-        if self.node.trace is not None:
-            self.node.trace(admitted(envelope, self.traced_name()))
-
-    async def put(self, envelope: Envelope) -> None:
-        """Put ``envelope`` in the mailbox, waiting for room while it is full; a wait that the
-        Spot's closing ends is ``UNAVAILABLE``, or ``SHUTTING_DOWN`` with its host (CMP-7.9)."""
-        if not self.accepting:
-            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
-        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}") and not (
-            await self.mailbox.put(envelope)
-        ):
-            raise self.node.not_admitted(f"Spot {self.spot_id}")
-        if self.node.trace is not None:
-            self.node.trace(admitted(envelope, self.traced_name()))
-
-    def try_put(self, envelope: Envelope) -> bool:
-        """``put`` without waiting: ``False`` when the mailbox is full."""
-        if not self.accepting:
-            raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
-        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}"):
-            return False
-        if self.node.trace is not None:
-            self.node.trace(admitted(envelope, self.traced_name()))
-        return True
-
     def traced_name(self) -> str:
         """``Spot <id>#<generation>`` for a trace line (node.py), ``#?`` while unclaimed."""
         generation = "?" if self._claim is None else self._claim.record.generation.value
@@ -219,17 +195,33 @@ class Activation:
         """Run ``callback(instance)`` as a turn of this Spot's direct and lifecycle lane: Actor
         control work (Rule 6). Raises ``NOT_FOUND`` once the Spot has no instance any more."""
         await self.gate.acquire()
+        while (hold := self.hold) is not None and hold.forward is None:
+            self.gate.release()  # sealed: wait for the seal to end (Rule 9)
+            await hold.ended.wait()
+            await self.gate.acquire()
         token = enter_turn(Turn(self.shared_gate))
         self._turn_started()
         try:
             await self.node.fence.wait_serving()
-            if self._instance is None or self.state is ActivationState.CLOSED:
+            gone = self._instance is None or self.state is ActivationState.CLOSED
+            if gone or self.hold is not None:
                 raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} has closed")
             return await callback(self._instance)
         finally:
             self._turn_ended()
             leave_turn(token)
             self.gate.release()
+
+    @property
+    def turns_running(self) -> int:
+        """Message, tick and control turns started and not ended, yielded ones included."""
+        return self._busy
+
+    @property
+    def gate_task_resting(self) -> bool:
+        """The gate task has no message in hand: it waits in the mailbox, or for a seal to end
+        (trio hands a received message over before the receiver runs: Rule 9)."""
+        return self._parked or self.mailbox.receive.statistics().tasks_waiting_receive > 0
 
     @property
     def busy(self) -> bool:
@@ -240,6 +232,12 @@ class Activation:
         """Seal the mailbox and start closing (Rule 3); ``False`` if closing had begun."""
         if not self.accepting:
             return False
+        if (hold := self.hold) is not None and hold.forward is None:
+            if drain:  # only host shutdown breaks a seal (Rule 9)
+                raise ZLinkError(ErrorKind.UNAVAILABLE, f"{self.spot_id} is sealed to move")
+            hold.broken = True
+            hold.quiet.set()
+            self.reopen()
         starting = self.state is ActivationState.ACTIVATING
         self.state = ActivationState.CLOSING
         self._closing = SpotClosingContext(reason, deadline)
@@ -338,6 +336,9 @@ class Activation:
             except Exception as error:
                 raise _internal(f"{cls.__qualname__}() raised {type(error).__name__}") from None
             self._instance = instance
+            if self.restoring is not None:
+                await self.restoring(instance)
+                return response  # Ready already: the record is the moved incarnation's
             if self.kind is SpotKind.USER:
                 try:
                     response = await instance.on_create(request)
@@ -382,21 +383,42 @@ class Activation:
             turns.start_soon(self._serve_mailbox, turns)
 
         permits = self.node.jobs
-        async for envelope in self.mailbox.receive:
-            try:
-                if self._drop_admitted:
-                    self._fail_one(envelope, _gone(self.spot_id))
+        front = self.front
+        receive = self.mailbox.receive.receive
+        while True:
+            if front:  # served before the mailbox (ingress.py Rule 1)
+                envelope, permit = front.popleft()
+                await trio.lowlevel.checkpoint()
+            else:
+                try:
+                    envelope = await receive()
+                except trio.EndOfChannel:
+                    return
+                if envelope is WAKE:
                     continue
-                # Receiving was this message's checkpoint; a free gate is taken without another.
-                if not self.gate.try_acquire():
-                    try:
-                        await self.gate.acquire()
-                    except trio.Cancelled:
-                        self._fail_one(envelope, _gone(self.spot_id))
-                        raise
-            finally:
-                # The job leaves the queue: dropped, failed, or about to start (mailbox.py Rule 2).
-                permits.release()
+                permit = True
+            # Receiving was this message's checkpoint; a free gate is taken without another.
+            if not self._drop_admitted and not self.gate.try_acquire():
+                try:
+                    await self.gate.acquire()
+                except trio.Cancelled:
+                    front.appendleft((envelope, permit))  # failed with the rest at _finish
+                    raise
+            if self._drop_admitted or (hold := self.hold) is None:
+                if permit:  # the job leaves the queue: about to start or dropped (mailbox.py)
+                    permits.release()
+            else:  # sealed while it waited: back in front, unrun (Rule 9)
+                self.gate.release()
+                front.appendleft((envelope, permit))
+                self._parked = True
+                try:
+                    await hold.ended.wait()
+                finally:
+                    self._parked = False
+                continue
+            if self._drop_admitted:
+                self._fail_one(envelope, _gone(self.spot_id))
+                continue
             await self._turn(envelope, hand_over)
             if handed_over:
                 return
@@ -406,7 +428,7 @@ class Activation:
         with self._idle_watch:
             while self.accepting:
                 now = clock.now()
-                if self._busy or self.gate.held:
+                if self._busy or self.gate.held or self.hold is not None:
                     # A turn is running; its end moves _idle_since, so look again one timeout on.
                     await clock.sleep_until(now + idle_timeout)
                 elif now >= self._idle_since + idle_timeout:
@@ -422,6 +444,8 @@ class Activation:
     def _turn_ended(self) -> None:
         self._busy -= 1
         self._idle_since = self.node.clock.now()
+        if self.hold is not None and not self._busy:
+            self.hold.quiet.set()
 
     async def run_tick(self, method: str, tick: TimerTick) -> None:
         """The engine's ``on_tick``: run one tick as a turn under the gate, or on the timer's own
@@ -429,6 +453,9 @@ class Activation:
         gate = self.timer_gate
         if gate is not None:
             await gate.acquire()
+            if self.hold is not None:  # sealed: the tick stays pending (Rule 9)
+                gate.release()
+                raise TickDeferred
         token = enter_turn(Turn(self.shared_gate))
         self._turn_started()
         if self.node.trace is not None:
@@ -518,10 +545,9 @@ class Activation:
         self.mailbox.close()
         forward = self.catalog.forward
         if self._forward_to is not None and forward is not None:
-            self.node.activation_nursery.start_soon(
-                forward, self, self._forward_to, self.mailbox.take_all()
-            )
-        else:
+            queued = [envelope for envelope, _ in self.take_queued()]
+            self.node.activation_nursery.start_soon(forward, self, self._forward_to, queued)
+        elif not self.keeps_record:  # else what it carries is still the other incarnation's
             self._fail_admitted(self._failure or _gone(self.spot_id))
         try:
             # The shield's own deadline bounds the release: one cancel scope fewer per
@@ -544,17 +570,14 @@ class Activation:
         write whose outcome is unknown, by reading the record and deleting it if this run wrote
         it."""
         authority = self.node.authority
+        if self.keeps_record:
+            return  # another incarnation's record (Rule 9)
         if self._claim is not None and not self._unsettled:
             if await authority.release(self._claim):
                 return
         elif self._claim is None and not self._unsettled:
             return  # never claimed: nothing of ours can be in the store
         await authority.forget_if_ours(self.spot_id)
-
-    def _fail_admitted(self, error: ZLinkError) -> None:
-        for envelope in self.mailbox.take_all():
-            self.node.jobs.release()
-            self._fail_one(envelope, error)
 
     def _fail_one(self, envelope: Envelope, error: ZLinkError) -> None:
         fail_one(self.node.dispatcher, envelope, error)

@@ -18,6 +18,14 @@ Rule 3: closing stops every timer first. ``stop_all`` runs when closing begins, 
 given to ``on_closing``: no new tick starts, a tick already waiting for the gate finds the Spot
 closing and returns without running, and a running tick ends normally or at the closing deadline
 (TIMER-14).
+Rule 5: a seal pauses, it does not stop. ``pause`` (a relocation seal, spots/sealing.py) starts
+no tick from then on but keeps every registration: a running tick ends, a tick waiting for the
+gate is deferred back into its timer's pending ticks (engines/timers.py Rule 6), and once
+``wait_paused`` returns no runner is left, so ``states`` can capture every timer between ticks
+(TIMER-15). ``resume`` (the seal is aborted) re-arms each timer from its state now, with its
+schedule and overrun policy, ticks that fell due meanwhile chosen by that policy; ``restore``
+arms a fresh activation's timers from carried states, launched only when serving begins, so no
+restored tick runs before the activation is Ready (TIMER-16, TIMER-17).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import trio
 
 from zlink_trio._runtime.declarations.registry import SpotType
 from zlink_trio._runtime.engines.clock import Clock
-from zlink_trio._runtime.engines.timers import LogicalTimer, TimerTick
+from zlink_trio._runtime.engines.timers import LogicalTimer, TimerState, TimerTick
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import SpotId
 from zlink_trio.options import TimerOptions
@@ -56,6 +64,9 @@ class SpotTimers:
         self._waiting: list[LogicalTimer] = []
         self._nursery: trio.Nursery | None = None
         self._stopped = False
+        self._paused = False
+        self._runners = 0
+        self._no_runner = trio.Event()
 
     def _method(self, name: object) -> str:
         if not isinstance(name, str):
@@ -76,7 +87,7 @@ class SpotTimers:
         zero, ``ZLinkError(INVALID_OPERATION)`` when the timer is already running (stop it
         first) or the Spot is closing.
         """
-        method = self._method(name)
+        self._method(name)
         timer = LogicalTimer(name, interval, options, clock=self._clock)
         if self._stopped:
             raise ZLinkError(ErrorKind.INVALID_OPERATION, f"{self._spot_id} is closing")
@@ -85,11 +96,16 @@ class SpotTimers:
                 ErrorKind.INVALID_OPERATION,
                 f"timer {name!r} is already running; stop it before starting it again",
             )
-        self._running[name] = timer
+        self._arm(timer)
+
+    def _arm(self, timer: LogicalTimer) -> None:
+        self._running[timer.name] = timer
+        if self._paused:
+            return  # registered only: resume() re-arms it (Rule 5)
         if self._nursery is None:
             self._waiting.append(timer)
         else:
-            self._nursery.start_soon(self._run, timer, method)
+            self._nursery.start_soon(self._run, timer, self._method(timer.name))
 
     def stop(self, name: str) -> None:
         """Stop the timer ``name``: no further tick starts; a running tick ends normally.
@@ -115,9 +131,47 @@ class SpotTimers:
         self._running.clear()
         self._waiting.clear()
 
+    def pause(self) -> None:
+        """A seal began: no tick starts from now on; every registration stays (Rule 5)."""
+        self._paused = True
+        for timer in self._running.values():
+            timer.cancel()
+
+    async def wait_paused(self) -> None:
+        """Return once no timer runner is left: a running tick has ended, a waiting one has been
+        deferred (Rule 5)."""
+        while self._runners:
+            await self._no_runner.wait()
+
+    def states(self, now: float) -> tuple[TimerState, ...]:
+        """Every paused timer's state as of ``now``, in the order they were started (Rule 5)."""
+        return tuple(timer.state(now) for timer in self._running.values())
+
+    def resume(self) -> None:
+        """The seal was aborted: each timer goes on from its state now (Rule 5)."""
+        states = self.states(self._clock.now())
+        self._paused = False
+        self._running.clear()
+        for state in states:
+            self._arm(LogicalTimer.from_state(state, clock=self._clock))
+
+    def restore(self, states: tuple[TimerState, ...]) -> None:
+        """Arm carried timer states in a fresh activation, rebased onto this host's clock so
+        the time the move took shifts the schedule; they tick once serving begins (Rule 5)."""
+        now = self._clock.now()
+        for state in states:
+            self._method(state.name)
+            self._arm(LogicalTimer.from_state(state.rebased(now), clock=self._clock))
+
     async def _run(self, timer: LogicalTimer, method: str) -> None:
+        if not self._runners:
+            self._no_runner = trio.Event()
+        self._runners += 1
         try:
             await timer.run(functools.partial(self._run_tick, method))
         finally:
-            if self._running.get(timer.name) is timer:
+            self._runners -= 1
+            if not self._runners:
+                self._no_runner.set()
+            if not self._paused and self._running.get(timer.name) is timer:
                 del self._running[timer.name]

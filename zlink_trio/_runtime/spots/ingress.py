@@ -1,0 +1,181 @@
+"""What a Spot activation admits and where it waits for its turn: the mailbox, the front and the
+relocation hold (specs/relocation.md RELOC-34..RELOC-37; specs/spots.md SPOT-89).
+
+The base class of ``Activation`` (activation.py), so that the activation's state machine keeps to
+its lifecycle and turns; sealing, capturing and moving are spots/sealing.py.
+
+Theory of operation.
+
+Rule 1: three queues, one order. The mailbox (engines/mailbox.py) admits messages up to its
+limit. The front is an unbounded deque that the gate task serves before the mailbox: what must run
+before anything admitted later (a sealed Spot's unrun and held messages after an abort, the
+messages a restored Spot carried over). While a ``Hold`` is set (the Spot is sealed for a
+relocation) an offered message goes into it, in arrival order, never into the mailbox, and never
+fails for room: a hold is unbounded (DESIGN §6). Once the Spot is detached the hold hands every
+late message to the target's ``forward`` at once, in order.
+Rule 2: one job permit per queued envelope (mailbox.py Rule 2). An envelope in the mailbox or a
+hold holds one; a front entry says whether it does, because messages carried over from another
+activation hold none here (their permits stayed where they were admitted). A held message that
+is forwarded gives its permit back first: it leaves this host's queue.
+Rule 3: waking an idle gate task. When idle, the gate task waits in the mailbox; whoever gives an
+empty front entries from outside it puts ``WAKE`` into the mailbox, a marker with no permit that
+the gate task skips before looking at the front again.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import cast
+
+import trio
+
+from zlink_trio._runtime.engines.mailbox import Mailbox
+from zlink_trio._runtime.node.envelope import Envelope, admitted, fail_one
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import SpotId
+
+__all__ = ["WAKE", "Hold", "SpotIngress"]
+
+WAKE = cast(Envelope, object())
+"""The marker that wakes an idle gate task (Rule 3); it is never a message."""
+
+Entry = tuple[Envelope, bool]
+"""A front entry: the envelope, and whether it holds a job permit of this host (Rule 2)."""
+
+
+class Hold:
+    """The seal of one activation (spots/sealing.py): what it held, what its gate task left
+    unrun, and how it ends."""
+
+    def __init__(self) -> None:
+        self.unrun: list[Entry] = []
+        """The front and mailbox entries at the seal, in order (Rule 1)."""
+        self.held: list[Envelope] = []
+        """What was offered since the seal, in arrival order; each holds a permit."""
+        self.forward: Callable[[Envelope], None] | None = None
+        """Set by a detach: where held and late messages go, in order."""
+        self.quiet = trio.Event()
+        """Set when the last running turn ends after the seal began."""
+        self.ended = trio.Event()
+        """Set when the seal ends: aborted, broken by host shutdown, or detached."""
+        self.broken = False
+        """Host shutdown began while sealed: the Spot closes instead."""
+
+
+class SpotIngress:
+    """The admission side of one Spot activation (Rules 1-3)."""
+
+    node: LocalNode
+    spot_id: SpotId
+
+    def __init__(self, node: LocalNode) -> None:
+        self.mailbox = Mailbox[Envelope](node.config.mailbox_limit)
+        self.front: collections.deque[Entry] = collections.deque()
+        """Served before the mailbox (Rule 1)."""
+        self.hold: Hold | None = None
+        """Set while sealed for a relocation, and for good once detached (Rule 1)."""
+
+    @property
+    def accepting(self) -> bool:
+        raise NotImplementedError
+
+    def traced_name(self) -> str:
+        raise NotImplementedError
+
+    def _refused(self) -> ZLinkError:
+        return ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
+
+    def _held(self, hold: Hold, envelope: Envelope) -> None:
+        if hold.forward is None:
+            hold.held.append(envelope)
+        else:
+            self.node.jobs.release()  # it leaves this host's queue (Rule 2)
+            hold.forward(envelope)
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, f"the hold of {self.traced_name()}"))
+
+    def offer(self, envelope: Envelope) -> None:
+        """Put ``envelope`` in the mailbox now: the local admission boundary (CMP-4.4);
+        ``CAPACITY_EXCEEDED`` when it is full (mailbox.py Rule 1). Into the hold while sealed."""
+        if (hold := self.hold) is not None:
+            return self._held(hold, envelope)
+        if not self.accepting:
+            raise self._refused()
+        self.mailbox.offer(envelope, f"Spot {self.spot_id}")
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, self.traced_name()))
+        return None
+
+    async def put(self, envelope: Envelope) -> None:
+        """Put ``envelope`` in the mailbox, waiting for room while it is full; a wait that the
+        Spot's closing ends is ``UNAVAILABLE``, or ``SHUTTING_DOWN`` with its host (CMP-7.9)."""
+        if (hold := self.hold) is not None:
+            return self._held(hold, envelope)
+        if not self.accepting:
+            raise self._refused()
+        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}") and not (
+            await self.mailbox.put(envelope)
+        ):
+            raise self.node.not_admitted(f"Spot {self.spot_id}")
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, self.traced_name()))
+        return None
+
+    def try_put(self, envelope: Envelope) -> bool:
+        """``put`` without waiting: ``False`` when the mailbox is full."""
+        if (hold := self.hold) is not None:
+            self._held(hold, envelope)
+            return True
+        if not self.accepting:
+            raise self._refused()
+        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}"):
+            return False
+        if self.node.trace is not None:
+            self.node.trace(admitted(envelope, self.traced_name()))
+        return True
+
+    def push_front(self, entries: Iterable[Entry]) -> None:
+        """Queue ``entries`` after the front's, before the mailbox, and wake an idle gate task
+        (Rule 3)."""
+        was_empty = not self.front
+        self.front.extend(entries)
+        if was_empty and self.front:
+            # A mailbox sealed by closing refuses it: the gate task ends, and _finish fails
+            # whatever is left.
+            with contextlib.suppress(ZLinkError):
+                self.mailbox.try_put(WAKE, "")
+
+    def reopen(self) -> None:
+        """End the seal: what it left unrun, then what it held, are served first (Rule 1)."""
+        hold = self.hold
+        assert hold is not None
+        assert hold.forward is None
+        self.hold = None
+        self.push_front([*hold.unrun, *((envelope, True) for envelope in hold.held)])
+        hold.unrun.clear()
+        hold.held.clear()
+        hold.ended.set()
+
+    def take_queued(self) -> list[Entry]:
+        """Everything queued here, in serving order, removed: the front, then the mailbox (each
+        holding a permit), markers dropped."""
+        taken = list(self.front)
+        self.front.clear()
+        queued = self.mailbox.take_all()
+        taken.extend((envelope, True) for envelope in queued if envelope is not WAKE)
+        return taken
+
+    def _fail_admitted(self, error: ZLinkError) -> None:
+        entries = self.take_queued()
+        hold = self.hold
+        if hold is not None and hold.forward is None:
+            entries += [*hold.unrun, *((envelope, True) for envelope in hold.held)]
+            hold.unrun.clear()
+            hold.held.clear()
+        for envelope, permit in entries:
+            if permit:
+                self.node.jobs.release()
+            fail_one(self.node.dispatcher, envelope, error)

@@ -1,0 +1,300 @@
+"""The part of one unit's move that lives in a Spot activation: seal it at a turn boundary,
+capture what moves, abort or detach, and restore into a fresh activation (specs/relocation.md
+RELOC-34..RELOC-41; specs/timers.md TIMER-15..TIMER-17; specs/spots.md SPOT-35, SPOT-46).
+
+The host-level operation (target choice, the wire, the authority switch) calls these; on one host
+they compose as ``seal`` -> ``capture`` -> ``prepare_restore`` -> ``detach(restored.take)`` ->
+``restored.open()``, or ``seal`` -> ``abort``.
+
+Theory of operation.
+
+Rule 1: a seal is a barrier at a turn boundary (SPOT-75). ``seal`` sets the activation's hold at
+once, so everything offered from then on waits in it (spots/ingress.py) and no new turn, tick or
+control turn starts (activation.py Rule 9); it returns once no turn runs, a ``yield_()``
+continuation included, every task that was waiting for the gate has backed off, the gate task
+holds no message, and every timer is paused between ticks (a running tick ends on the source,
+TIMER-17). Then it takes the front and the mailbox as the unrun entries. Cancelled before that,
+it abandons the seal and admission is exactly as before (SPOT-76).
+Rule 2: a snapshot is a plain value. ``capture`` returns a ``SpotSnapshot``: the unrun entries,
+then the held ones, in order, each the admitted ``Envelope`` itself (message, handler, context
+with metadata and deadline, reply route), and each timer's ``TimerState``. It marks how much of
+the hold it took; capturing again takes what was held since as well.
+Rule 3: abort serves as if never sealed: the unrun entries, then the held ones, go to the front,
+and the timers go on from their states now (their overrun policy choosing among the ticks that
+fell due meanwhile). Nothing is lost and nothing runs twice.
+Rule 4: detach hands over for good. What the last capture did not take is given to ``forward`` in
+order, and every later offer too (the hold stays set, forwarding); what it took is dropped here
+(the target runs it). The activation then closes with ``RELOCATION_OUT`` (``on_closing`` runs)
+and keeps its hands off the store record, which is the target's now.
+Rule 5: a restore starts a fresh instance of the same id and generation. ``prepare_restore``
+makes the instance (a new one from the type's class) and gives it the adapter payload, but no
+lifecycle callback runs (``on_create`` and ``on_initialize`` ran for this generation) and no
+timer is started again by the application; nobody reaches it yet. ``take`` queues forwarded
+messages behind the snapshot's; ``open`` registers it under the id: its first turns are the
+snapshot's entries, then what it took, then what is offered to it, and its timers start only
+now that it is Ready (TIMER-16, TIMER-17). Messages carried over hold no job permit here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from zlink_trio._runtime.declarations.relocation import capture_payload, restore_payload
+from zlink_trio._runtime.engines.completion import shutting_down
+from zlink_trio._runtime.engines.timers import TimerState
+from zlink_trio._runtime.node.envelope import Envelope, fail_one
+from zlink_trio._runtime.ownership.authority import Claim
+from zlink_trio._runtime.spots.activation import Activation, ActivationState
+from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio._runtime.spots.ingress import Hold
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ObjectGeneration, SpotCloseReason, SpotId, SpotKind, StableTypeName
+from zlink_trio.options import SpotFactoryMode
+
+__all__ = ["RestoredSpot", "SealedSpot", "SpotSnapshot", "prepare_restore", "seal"]
+
+_log = logging.getLogger("zlink_trio.runtime.activation")
+
+
+@attrs.frozen
+class SpotSnapshot:
+    """What a move of one Spot carries besides the adapter payload (Rule 2).
+
+    The wire step must carry, per entry: the message (its stable type name and encoded payload,
+    as ``Remote`` encodes a request), the handler kind (packet or request), the metadata, the
+    remaining deadline (``context.deadline`` is on the source's application clock: send what is
+    left, as a Request frame does), and the reply route — which, across hosts, becomes the
+    caller's pending request on the source's transport, to be answered from the target (the
+    operation identity and correlation travel with it; issue 14, item 4). Per timer: the fields
+    of ``TimerState`` (``rebased`` moves its times onto the target's clock).
+    """
+
+    spot_id: SpotId
+    type_name: StableTypeName
+    generation: ObjectGeneration
+    entries: tuple[Envelope, ...]
+    """The entries left unrun in the front and mailbox at the seal, then the held ones, in
+    order."""
+    timers: tuple[TimerState, ...]
+    captured_at: float
+    """The source's application clock at the capture."""
+
+
+def _refuse_seal(activation: Activation) -> ZLinkError | None:
+    spot_id = activation.spot_id
+    if activation.state is ActivationState.ACTIVATING:
+        return ZLinkError(ErrorKind.UNAVAILABLE, f"{spot_id} is still activating")
+    if activation.state is not ActivationState.READY:
+        return ZLinkError(ErrorKind.UNAVAILABLE, f"{spot_id} is closing; it cannot be sealed")
+    if activation.hold is not None:
+        return ZLinkError(ErrorKind.INVALID_OPERATION, f"{spot_id} is sealed already")
+    spot_type = activation.spot_type
+    if spot_type.kind is SpotKind.ENTRY:
+        return ZLinkError(ErrorKind.INVALID_OPERATION, "an Entry Spot never moves")
+    if spot_type.mode is SpotFactoryMode.PER_ACTOR:
+        return ZLinkError(ErrorKind.INVALID_OPERATION, f"{spot_id} is PER_ACTOR: it moves a shell")
+    if activation.members:
+        return ZLinkError(
+            ErrorKind.INVALID_OPERATION, f"{spot_id} has member Actors; moving them is not built"
+        )
+    return None
+
+
+async def seal(activation: Activation) -> SealedSpot:
+    """Seal ``activation`` at a turn boundary (Rule 1). ``UNAVAILABLE`` when it is activating or
+    closing (or host shutdown breaks the seal), ``INVALID_OPERATION`` when it is sealed already
+    or cannot move as one unit (an Entry Spot, a PER_ACTOR Spot, a Spot with members)."""
+    refused = _refuse_seal(activation)
+    if refused is not None:
+        raise refused
+    hold = Hold()
+    activation.hold = hold
+    activation.timers.pause()
+    gate = activation.gate
+    try:
+        while not hold.broken:
+            # Whoever was waiting for the gate gets it before this and backs off (Rule 1).
+            await gate.acquire()
+            running, resting = activation.turns_running, activation.gate_task_resting
+            gate.release()
+            if running:
+                await hold.quiet.wait()  # a turn, or a yield_() continuation, is still running
+            elif resting:
+                break
+            else:
+                # The gate task has a message in hand: let it run and put it back.
+                await trio.lowlevel.checkpoint()
+        await activation.timers.wait_paused()
+    except BaseException:
+        if activation.hold is hold:
+            # The barrier failed: admission as it was (SPOT-76). What is queued still goes
+            # before what was held.
+            hold.unrun = activation.take_queued()
+            activation.reopen()
+            activation.timers.resume()
+        raise
+    if hold.broken:
+        raise shutting_down()
+    hold.unrun = activation.take_queued()
+    return SealedSpot(activation, hold)
+
+
+class SealedSpot:
+    """A sealed activation: ``capture()``, then ``abort()`` or ``detach(forward)``."""
+
+    def __init__(self, activation: Activation, hold: Hold) -> None:
+        self.activation = activation
+        self._hold = hold
+        self._captured = False
+        self._cut = 0
+        """How many held entries the last capture took."""
+        self._ended = False
+
+    @property
+    def claim(self) -> Claim:
+        """The authority record this incarnation holds: a restore on this host reuses it."""
+        claim = self.activation._claim
+        assert claim is not None  # a Ready activation has claimed
+        return claim
+
+    def _live(self) -> Hold:
+        if self._ended or self._hold.broken:
+            raise ZLinkError(ErrorKind.INVALID_OPERATION, "the seal has ended")
+        return self._hold
+
+    def capture(self) -> SpotSnapshot:
+        """What the move carries besides the adapter payload (Rule 2)."""
+        hold = self._live()
+        activation = self.activation
+        now = activation.node.clock.now()
+        self._captured = True
+        self._cut = len(hold.held)
+        return SpotSnapshot(
+            spot_id=activation.spot_id,
+            type_name=activation.spot_type.name,
+            generation=activation.generation,
+            entries=(*(envelope for envelope, _ in hold.unrun), *hold.held),
+            timers=activation.timers.states(now),
+            captured_at=now,
+        )
+
+    async def capture_payload(self) -> bytes | None:
+        """The adapter payload of a ``preserve_state_with`` type (RELOC-10, RELOC-11), ``None``
+        for any other policy; the instance is not in a turn while sealed."""
+        self._live()
+        adapter = self.activation.spot_type.relocation.adapter
+        if adapter is None:
+            return None
+        return await capture_payload(adapter(), self.activation._instance)
+
+    def abort(self) -> None:
+        """Serve again as if never sealed (Rule 3)."""
+        self._live()
+        self._ended = True
+        self.activation.reopen()
+        self.activation.timers.resume()
+
+    def detach(self, forward: Callable[[Envelope], None]) -> None:
+        """Hand over for good and start closing with ``RELOCATION_OUT`` (Rule 4); ``forward``
+        must not block and receives each envelope once, in order. Await
+        ``activation.closed`` for the end of ``on_closing``."""
+        hold = self._live()
+        self._ended = True
+        activation = self.activation
+        node = activation.node
+        if self._captured:  # the target has these: they leave this host's queue unrun
+            cut = self._cut
+            taken = [*hold.unrun, *((envelope, True) for envelope in hold.held[:cut])]
+            late = [(envelope, True) for envelope in hold.held[cut:]]
+        else:
+            taken, late = [], [*hold.unrun, *((envelope, True) for envelope in hold.held)]
+        hold.unrun, hold.held = [], []
+        hold.forward = forward
+        for _envelope, permit in taken:
+            if permit:
+                node.jobs.release()
+        for envelope, permit in late:
+            if permit:
+                node.jobs.release()
+            forward(envelope)
+        activation.keeps_record = True
+        deadline = node.clock.now() + node.config.closing_timeout
+        activation.begin_close(SpotCloseReason.RELOCATION_OUT, deadline, drain=True)
+        hold.ended.set()
+
+
+async def prepare_restore(
+    catalog: SpotCatalog[Activation],
+    snapshot: SpotSnapshot,
+    claim: Claim,
+    payload: bytes | None = None,
+) -> RestoredSpot:
+    """A fresh activation of the snapshot's Spot, restored but not reachable yet (Rule 5):
+    ``payload`` goes to the type's adapter (``None`` for a type without one). Raises what the
+    instance or the adapter raised (``AdapterFailure``, as ``INTERNAL_FAILURE``); the
+    carried messages are then not failed: they are still the source's."""
+    node = catalog.node
+    spot_type = node.registry.spot_types[snapshot.type_name]
+    if claim.record.generation != snapshot.generation or claim.spot_id != snapshot.spot_id:
+        raise ValueError(f"{claim.record} is not the authority of {snapshot.spot_id}")
+    adapter = spot_type.relocation.adapter
+    if (adapter is None) != (payload is None):
+        raise ValueError(f"{spot_type.name} takes {'a' if adapter else 'no'} payload")
+    activation = Activation(catalog, spot_type, snapshot.spot_id, claim)
+    activation.keeps_record = True
+    activation.front.extend((envelope, False) for envelope in snapshot.entries)
+    activation.timers.restore(snapshot.timers)
+    restored = RestoredSpot(activation)
+
+    async def restore(instance: Any) -> None:
+        if adapter is not None and payload is not None:
+            await restore_payload(adapter(), instance, payload)
+        restored._restored.set()
+        await restored._opened.wait()
+
+    activation.restoring = restore
+    node.activation_nursery.start_soon(restored._run)
+    await restored._restored.wait()
+    if restored._failure is not None:
+        raise restored._failure
+    return restored
+
+
+class RestoredSpot:
+    """A restored activation: ``take(envelope)`` for what the source forwards, then ``open()``."""
+
+    def __init__(self, activation: Activation) -> None:
+        self.activation = activation
+        self._restored = trio.Event()
+        self._opened = trio.Event()
+        self._failure: ZLinkError | None = None
+
+    async def _run(self) -> None:
+        try:
+            await self.activation.run()
+        except ZLinkError as error:
+            _log.warning("restoring %s failed: %s", self.activation.spot_id, error)
+            self._failure = error
+        finally:
+            self._restored.set()
+
+    def take(self, envelope: Envelope) -> None:
+        """Queue a forwarded message behind the snapshot's and earlier ones (Rule 5)."""
+        activation = self.activation
+        if activation.closed.is_set():
+            error = ZLinkError(ErrorKind.UNAVAILABLE, f"Spot {activation.spot_id} has closed")
+            fail_one(activation.node.dispatcher, envelope, error)
+            return
+        activation.push_front([(envelope, False)])
+
+    def open(self) -> None:
+        """Make it the Spot's incarnation on this host and let it serve (Rule 5)."""
+        activation = self.activation
+        activation.catalog.activations[activation.spot_id] = activation
+        activation.keeps_record = False
+        self._opened.set()
