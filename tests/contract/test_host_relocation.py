@@ -60,6 +60,13 @@ ROLLING = zl.RelocationMode.ROLLING_UPDATE
 BLOCKED = zl.RelocationOutcome.BLOCKED
 Reason = zl.RelocationReason
 Status = zl.HostStatus
+LIFE_OF_A_RELOCATED_HOST = [
+    Status.SERVING,
+    Status.RELOCATING,
+    Status.RELOCATED,
+    Status.DRAINING,
+    Status.STOPPED,
+]
 
 
 async def _published(host: TestHost, stores: Stores, state: str) -> None:
@@ -141,14 +148,7 @@ async def test_a_host_with_nothing_to_move_relocates_without_a_target(store_dsn:
             assert (BLOCKED, Reason.OPERATION_IN_PROGRESS) == (other.outcome, other.reason)
             assert result == await host.host.relocate_and_shutdown()
             assert Status.STOPPED == host.host.status
-        seen = [status async for status in statuses]
-        assert [
-            Status.SERVING,
-            Status.RELOCATING,
-            Status.RELOCATED,
-            Status.DRAINING,
-            Status.STOPPED,
-        ] == seen
+        assert LIFE_OF_A_RELOCATED_HOST == [status async for status in statuses]
 
 
 @pytest.mark.spec("SHUT-3.5", "SHUT-3.11")
@@ -319,12 +319,6 @@ async def test_an_observer_that_never_reads_does_not_hold_the_host_up(store_dsn:
         with trio.fail_after(30):
             await host.host.relocate_and_shutdown()
     assert Status.STOPPED == host.host.status
-    assert [
-        Status.SERVING,
-        Status.RELOCATING,
-        Status.RELOCATED,
-        Status.DRAINING,
-        Status.STOPPED,
-    ] == [status async for status in idle]
+    assert LIFE_OF_A_RELOCATED_HOST == [status async for status in idle]
     late = host.host.observe()
     assert [Status.STOPPED] == [status async for status in late]
