@@ -36,11 +36,27 @@ class Pinned(zl.Spot):
         pass
 
 
+@app.message("reloc.Ping2")
+@attrs.frozen
+class Ping2:
+    pass
+
+
+@app.message("reloc.Where")
+@attrs.frozen
+class Where:
+    node: str
+
+
 @app.user_spot("reloc.Movable", relocation=zl.recreate_on_relocation())
 class Movable(zl.Spot):
     @zl.packet_handler(Ping)
     async def ping(self, msg: Ping) -> None:
         pass
+
+    @zl.request_handler(Ping2)
+    async def where(self, req: Ping2) -> Where:
+        return Where(self.context.ref.node_rid.value)
 
 
 @app.instance_spot("reloc.Counter")
@@ -84,7 +100,7 @@ async def _published(host: TestHost, stores: Stores, state: str) -> None:
 
 async def _serves(host: TestHost) -> None:
     """New Spots are placed here as before."""
-    await host.spots.get_or_create(f"probe-{trio.current_time()}", "reloc.Pinned").submit()
+    await host.spots.get_or_create(f"probe-{trio.current_time()}", "reloc.Movable").submit()
 
 
 @pytest.mark.spec("RELOC-41")
@@ -193,11 +209,19 @@ async def test_without_a_target_the_host_waits_until_the_deadline_and_serves_on(
             assert Status.SERVING == host.host.status
             await _published(host, stores, "serving")
             await _serves(host)
-            # Another call with the version the peer runs finds it, without waiting.
+            # Another call with the version the peer runs finds it, without waiting, and moves
+            # everything there.
             with trio.fail_after(10):
                 found = await host.host.relocate(ROLLING, target_version="7", deadline=30.0)
-            assert Reason.TARGET_UNAVAILABLE != found.reason
-            assert Status.SERVING == host.host.status
+            assert (
+                zl.RelocationResult(ROLLING, "7", zl.RelocationOutcome.RELOCATED, Reason.NONE)
+                == found
+            )
+            assert Status.RELOCATED == host.host.status
+            answer = await newer.route.request_to_spot(
+                "movable", Ping2(), reply_type=Where
+            ).submit()
+            assert newer.node_rid.value == answer.node
 
 
 async def _wait_running(host: TestHost) -> None:

@@ -12,7 +12,19 @@ import attrs
 
 from zlink_trio.ids import StableTypeName
 
-__all__ = ["CLOSE_SPOT", "RESERVED_PREFIX", "SYSTEM_MESSAGES", "CloseSpot", "SpotClosed"]
+__all__ = [
+    "CLOSE_SPOT",
+    "RELOCATE",
+    "RESERVED_PREFIX",
+    "SYSTEM_MESSAGES",
+    "CloseSpot",
+    "RelocateAbort",
+    "RelocateAnswer",
+    "RelocateChunk",
+    "RelocateCommit",
+    "RelocateIn",
+    "SpotClosed",
+]
 
 RESERVED_PREFIX = "zlink."
 """Message names the framework keeps for its own messages (also ``zlink.Pause`` and
@@ -33,9 +45,65 @@ class SpotClosed:
     closed: bool
 
 
+@attrs.frozen
+class RelocateIn:
+    """A source host moves the target Spot here (host/moving.py): what the unit is, its timers
+    (``spots/transfer.py`` wire data, CBOR-encoded) and how many payload chunks follow (0: the
+    type has no adapter)."""
+
+    kind: int
+    type_name: str
+    generation: int
+    timers: bytes
+    chunks: int
+
+
+@attrs.frozen
+class RelocateChunk:
+    """Chunk ``index`` of ``count`` of the moving Spot's adapter payload (RELOC-46)."""
+
+    index: int
+    count: int
+    data: bytes
+
+
+@attrs.frozen
+class RelocateCommit:
+    """The authority record now names the target at ``version``: open the unit."""
+
+    version: int
+
+
+@attrs.frozen
+class RelocateAbort:
+    """The move of the target Spot ended before its commit: drop what was prepared."""
+
+
+@attrs.frozen
+class RelocateAnswer:
+    """The answer to every ``zlink.Relocate*`` request: done, or why not."""
+
+    ok: bool
+    why: str = ""
+
+
 CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
+RELOCATE = frozenset(
+    {
+        "zlink.RelocateIn",
+        "zlink.RelocateChunk",
+        "zlink.RelocateCommit",
+        "zlink.RelocateAbort",
+    }
+)
+"""The framework's requests of a Spot's move, answered by ``routing/arrivals.py``."""
 
 SYSTEM_MESSAGES: tuple[tuple[StableTypeName, type], ...] = (
     (CLOSE_SPOT, CloseSpot),
     (StableTypeName("zlink.SpotClosed"), SpotClosed),
+    (StableTypeName("zlink.RelocateIn"), RelocateIn),
+    (StableTypeName("zlink.RelocateChunk"), RelocateChunk),
+    (StableTypeName("zlink.RelocateCommit"), RelocateCommit),
+    (StableTypeName("zlink.RelocateAbort"), RelocateAbort),
+    (StableTypeName("zlink.RelocateAnswer"), RelocateAnswer),
 )

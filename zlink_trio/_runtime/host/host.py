@@ -316,7 +316,7 @@ async def open_host_on(
             spots.forward = partial(forward, remote)
             await nursery.start(tree.run_remote, remote, inbound)
             relocator = tree.relocator = Relocator(node, tree.board, spots, actors)
-            relocator.membership, relocator.nursery = membership, nursery
+            relocator.membership, relocator.remote, relocator.nursery = membership, remote, nursery
             host = Host(messaging, tree)
             interruption.shutdown = host.shutdown
             tree.board.set(HostStatus.SERVING)

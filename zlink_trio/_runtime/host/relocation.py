@@ -26,9 +26,11 @@ Rule 5: shutdown wins. Once shutdown starts, a running operation ends
 ``BLOCKED/SHUTDOWN_REQUESTED`` and a new one is refused the same way (SHUT-3.4, SHUT-7.1); no
 blocked relocation shuts the host down, and a host that was RELOCATING serves again (SHUT-3.9,
 SHUT-3.11).
-Moving a live Spot or Actor (issue 14, item 3) is not built yet: with a target found and units to
-move, the operation ends ``BLOCKED/RELOCATION_FAILED`` before anything is sealed, and says so in
-the log.
+Rule 6: with a target found, the host becomes RELOCATING and moves its Spots one at a time
+(host/moving.py); the first that stays here ends the operation with its reason, what moved
+before it stays moved and the host serves again (SHUT-3.10). Moving Actors (alone or as members
+of a User Spot) is not built yet: a host holding one is blocked ``STATE_INCOMPATIBLE`` before
+anything is sealed.
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ import trio
 
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.host.moving import move_spot
 from zlink_trio._runtime.host.status import StatusBoard
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import RELOCATED, RELOCATING, SERVING, NodeRecord
+from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._wire.versions import parse_application_version
@@ -140,6 +144,7 @@ class Relocator:
         self._spots = spots
         self._actors = actors
         self.membership: Membership | None = None
+        self.remote: Remote | None = None
         self.nursery: trio.Nursery | None = None
         self._running: _Operation | None = None
         self._relocated: _Operation | None = None
@@ -202,19 +207,35 @@ class Relocator:
             return RelocationReason.RELOCATION_DISABLED
         if not units:
             return await self._relocate_nothing(deadline)
-        # Node records list the Spot types a host serves; an Actor type is checked when it moves.
+        if any(actor.accepting for actor in self._actors.live):
+            _log.warning("relocation blocked: moving Actors is not built yet (issue 14)")
+            return RelocationReason.STATE_INCOMPATIBLE
+        # Node records list the Spot types a host serves.
         types = {name for name, _policy in units if name in self._node.registry.spot_types}
+        target: NodeRecord | None = None
         with trio.move_on_at(deadline):
             target = await self._target(conditions, types)
-            _log.warning(
-                "relocation of host %s found target %s for %d unit(s), but moving live Spots "
-                "and Actors is not built yet (issue 14, item 3): blocked before anything sealed",
-                self._node.node_rid,
-                target.rid,
-                len(units),
-            )
-            return RelocationReason.RELOCATION_FAILED
-        return RelocationReason.TARGET_UNAVAILABLE
+        if target is None:
+            return RelocationReason.TARGET_UNAVAILABLE
+        return await self._move_all(target, deadline)
+
+    async def _move_all(self, target: NodeRecord, deadline: float) -> RelocationReason:
+        """Rule 6: each Spot in turn; the first that stays here ends the operation."""
+        assert self.remote is not None  # bound with the membership
+        self._stop_placing(RELOCATING, HostStatus.RELOCATING)
+        moving = sorted(
+            (
+                activation
+                for activation in self._spots.live
+                if activation.kind is not SpotKind.ENTRY and activation.accepting
+            ),
+            key=lambda activation: activation.spot_id.value,  # a stable order, in id order
+        )
+        for activation in moving:
+            reason = await move_spot(self.remote, activation, target, deadline)
+            if reason is not None:
+                return reason
+        return await self._relocate_nothing(deadline)
 
     def _units(self) -> list[tuple[StableTypeName, str]]:
         """Rule 3: every live Spot (the Entry Spot stays) and Actor, by type and policy kind."""
@@ -231,15 +252,15 @@ class Relocator:
         return units
 
     async def _relocate_nothing(self, deadline: float) -> RelocationReason:
-        """Rule 4's second half (SHUT-3.8)."""
+        """Rule 4's second half (SHUT-3.8), and the end of Rule 6."""
         self._stop_placing(RELOCATING, HostStatus.RELOCATING)
         with trio.move_on_at(deadline):
             creating = [*self._spots.creating.values(), *self._actors.creating.values()]
             for done in creating:
                 await done.wait()
             if self._units():
-                # Made by a creation that was under way at the check: there is something to
-                # move after all, and moving is not built yet (see the module docstring).
+                # Made by a creation that was under way at the check: something is left to
+                # move; the next call moves it.
                 return RelocationReason.RELOCATION_FAILED
             self._stop_placing(RELOCATED, HostStatus.RELOCATED)
             return RelocationReason.NONE

@@ -52,7 +52,6 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 
 import attrs
-import cbor2
 
 from zlink_trio._integration.store import (
     Applied,
@@ -67,7 +66,9 @@ from zlink_trio._integration.store import (
     Put,
 )
 from zlink_trio._runtime.ownership.node_record import NodeRecord
+from zlink_trio._runtime.ownership.records import GenerationCounter, SpotRecord
 from zlink_trio._runtime.ownership.releases import ReleaseBatcher
+from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import (
     ActorId,
     MeshName,
@@ -100,88 +101,6 @@ READY = "ready"
 def _expect(key: str, seen: Missing | Found) -> IfMissing | IfVersion:
     """The condition that holds while ``key`` is as it was seen."""
     return IfVersion(key, seen.version) if isinstance(seen, Found) else IfMissing(key)
-
-
-@attrs.frozen
-class SpotRecord:
-    """What the authority record of an id says."""
-
-    owner: NodeRid
-    owner_generation: NodeGeneration
-    generation: ObjectGeneration
-    kind: SpotKind
-    type_name: StableTypeName
-    state: str
-    mesh: MeshName | None = None
-    """The owner's mesh (Actor records live outside every mesh prefix, so they say it)."""
-
-    def encode(self) -> bytes:
-        """The CBOR bytes stored at the record's key."""
-        return cbor2.dumps(
-            {
-                "owner": self.owner.value,
-                "owner_generation": self.owner_generation.value,
-                "generation": self.generation.value,
-                "kind": int(self.kind),
-                "type": self.type_name.value,
-                "state": self.state,
-                **({} if self.mesh is None else {"mesh": self.mesh.value}),
-            }
-        )
-
-    @classmethod
-    def decode(cls, raw: bytes) -> SpotRecord:
-        """Read what :meth:`encode` wrote."""
-        data = cbor2.loads(raw)
-        return cls(
-            NodeRid(data["owner"]),
-            NodeGeneration(data["owner_generation"]),
-            ObjectGeneration(data["generation"]),
-            SpotKind(data["kind"]),
-            StableTypeName(data["type"]),
-            data["state"],
-            MeshName(data["mesh"]) if "mesh" in data else None,
-        )
-
-
-@attrs.frozen
-class GenerationCounter:
-    """The value at a generation counter's key (Rule 2): the last generation issued for the id
-    and, for an Actor id, the set of meshes that ever claimed it.
-
-    ``meshes`` is ``None`` for the plain CBOR int form: every Spot counter (its key names its
-    mesh) and an Actor counter written before counters said their meshes (unknown meshes).
-    """
-
-    last: int
-    meshes: frozenset[MeshName] | None = None
-
-    def encode(self) -> bytes:
-        """The CBOR bytes stored at the counter's key."""
-        if self.meshes is None:
-            return cbor2.dumps(self.last)
-        return cbor2.dumps({"g": self.last, "meshes": sorted(m.value for m in self.meshes)})
-
-    @classmethod
-    def decode(cls, raw: bytes) -> GenerationCounter:
-        """Read either form; ``ValueError`` for anything else."""
-        data = cbor2.loads(raw)
-        meshes: frozenset[MeshName] | None = None
-        if isinstance(data, dict):
-            names = data.get("meshes")
-            if not isinstance(names, list) or not all(type(name) is str for name in names):
-                raise ValueError(f"a generation counter's meshes are a list of names: {names!r}")
-            meshes = frozenset(MeshName(name) for name in names)
-            data = data.get("g")
-        if type(data) is not int or data < 0:
-            raise ValueError(f"a generation counter holds a generation, not {data!r}")
-        return cls(data, meshes)
-
-    def claimed_in(self, mesh: MeshName) -> GenerationCounter:
-        """The counter after one more claim from ``mesh``: the next generation, and ``mesh``
-        among the meshes unless they are unknown (a plain counter stays plain)."""
-        meshes = None if self.meshes is None else self.meshes | {mesh}
-        return GenerationCounter(self.last + 1, meshes)
 
 
 @attrs.frozen
@@ -323,6 +242,30 @@ class SpotAuthority:
         if not isinstance(written, Applied):
             raise LookupError(f"the authority record of {claim.spot_id} changed under its owner")
         return Claim(claim.spot_id, ready, written.versions[0])
+
+    async def hand_over(
+        self, claim: Claim, owner: NodeRid, owner_generation: NodeGeneration
+    ) -> Claim | None:
+        """Give the id's authority to another node run, keeping the object generation (a
+        relocation's commit): the record this node holds at ``claim.version`` now names
+        ``owner``; ``None`` when the record was no longer ours (Rule 3). An unknown outcome is
+        settled by reading the record (Rule 4), so a ``ZLinkError`` here means not handed over."""
+        moved = attrs.evolve(
+            claim.record, owner=owner, owner_generation=owner_generation, state=READY
+        )
+        key = self._record_key(claim.spot_id)
+        try:
+            written = await self._store.write(
+                Batch([IfVersion(key, claim.version)], [Put(key, moved.encode())])
+            )
+        except ZLinkError:
+            found = await self._store.read(key)
+            if isinstance(found, Found) and SpotRecord.decode(found.value) == moved:
+                return Claim(claim.spot_id, moved, found.version)
+            raise
+        if not isinstance(written, Applied):
+            return None
+        return Claim(claim.spot_id, moved, written.versions[0])
 
     async def release(self, claim: Claim) -> bool:
         """Delete the record this node wrote; ``False`` when it was no longer ours (Rule 3)."""

@@ -25,7 +25,7 @@ from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ZLinkError
-from zlink_trio.ids import NodeRid
+from zlink_trio.ids import NodeRid, SpotKind
 
 __all__ = ["forward"]
 
@@ -33,15 +33,24 @@ _log = logging.getLogger("zlink_trio.runtime.activation")
 
 
 async def forward(
-    remote: Remote, activation: Activation, owner: NodeRid, envelopes: list[Envelope]
+    remote: Remote,
+    activation: Activation,
+    owner: NodeRid,
+    envelopes: list[Envelope],
+    *,
+    permits_held: bool = True,
 ) -> None:
     """Send what ``activation`` admitted to ``owner``, in order; requests complete their
-    callers' entries with the winner's outcome."""
+    callers' entries with the winner's outcome. Each envelope's job permit is released first
+    unless the caller has (``permits_held=False``: a moved Spot's relay, host/moving.py)."""
     node = activation.node
-    instance_type = activation.spot_type.name
+    # Only an Instance Spot is named by its type on the wire (a User Spot's type comes from its
+    # record, and naming it would ask for an Instance Spot).
+    instance_type = activation.spot_type.name if activation.kind is SpotKind.INSTANCE else None
     async with trio.open_nursery() as requests:
         for envelope in envelopes:
-            node.jobs.release()
+            if permits_held:
+                node.jobs.release()
             message, context = envelope.message, envelope.context
             route = envelope.reply_route
             if route is None:

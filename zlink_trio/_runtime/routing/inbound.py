@@ -28,6 +28,8 @@ a caller whose own host runs on, an owner that went away: ``UNAVAILABLE``, never
 Rule 6: a reply is encoded within this host's message limit and its caller's (limits.py Rule
 2); one over either answers the request with the ``PROTOCOL_ERROR`` naming the limit instead
 (MSG-2, MSG-6), one that cannot be encoded with ``INTERNAL_FAILURE`` (MSG-5).
+Rule 7: the requests of a Spot moving here (``zlink.Relocate*``) are the framework's: each is
+answered by ``arrivals.py`` in a task of its own.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ import trio
 
 from zlink_trio._integration.transport import PeerRun
 from zlink_trio._runtime.declarations.handlers import HandlerKind
-from zlink_trio._runtime.declarations.system import CLOSE_SPOT, CloseSpot, SpotClosed
+from zlink_trio._runtime.declarations.system import CLOSE_SPOT, RELOCATE, CloseSpot, SpotClosed
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.routing.arrivals import Arrivals
 from zlink_trio._runtime.routing.backlog import Backlogs
 from zlink_trio._runtime.routing.credit import PAUSE, RESUME
 from zlink_trio._runtime.routing.local import InstanceChoice, reply_failure, resolve_spot
@@ -72,6 +75,8 @@ class Inbound:
         self._nursery: trio.Nursery | None = None
         self.backlogs = Backlogs(messaging, signal=self._signal)
         """The per-target backlogs of sends from peers (backlog.py)."""
+        self.arrivals = Arrivals(messaging.spots)
+        """The Spots moving to this host (arrivals.py)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the nursery of inbound requests open until cancelled (Rule 2)."""
@@ -103,6 +108,9 @@ class Inbound:
         arrived = self._node.clock.now()
         if message.message_type.value == _CLOSE_SPOT:
             nursery.start_soon(self._inbound_close, origin, message)
+            return
+        if message.message_type.value in RELOCATE:
+            nursery.start_soon(self._inbound_move, origin, message)
             return
         target = message.target
         if waiting := self.backlogs.holds(target):
@@ -232,6 +240,16 @@ class Inbound:
             self._answer(origin, message, _for_caller(error))
             return
         self._answer(origin, message, SpotClosed(closed))
+
+    async def _inbound_move(self, origin: PeerRun, message: Request) -> None:
+        """One of the requests of a Spot moving here (Rule 7; arrivals.py)."""
+        try:
+            decoded = self._node.registry.messages.decode(message.message_type, message.payload)
+            answer = await self.arrivals.on_request(origin.node_rid, message.target, decoded)
+        except ZLinkError as error:
+            self._answer(origin, message, _for_caller(error))
+            return
+        self._answer(origin, message, answer)
 
     async def _inbound_request(self, origin: PeerRun, message: Request, arrived: float) -> None:
         messaging = self._messaging

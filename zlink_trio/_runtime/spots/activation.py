@@ -170,6 +170,15 @@ class Activation(SpotIngress):
         return self.spot_type.kind
 
     @property
+    def claim(self) -> Claim | None:
+        """The authority this activation holds in the store (``None`` before its claim)."""
+        return self._claim
+
+    @claim.setter
+    def claim(self, claim: Claim) -> None:
+        self._claim = claim
+
+    @property
     def generation(self) -> ObjectGeneration:
         """The object generation; known once authority is claimed."""
         if self._claim is None:

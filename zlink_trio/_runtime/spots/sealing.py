@@ -256,6 +256,8 @@ async def prepare_restore(
             await restore_payload(adapter(), instance, payload)
         restored._restored.set()
         await restored._opened.wait()
+        if restored._discarded:
+            raise ZLinkError(ErrorKind.UNAVAILABLE, f"the move of {snapshot.spot_id} ended")
 
     activation.restoring = restore
     node.activation_nursery.start_soon(restored._run)
@@ -273,6 +275,7 @@ class RestoredSpot:
         self._restored = trio.Event()
         self._opened = trio.Event()
         self._failure: ZLinkError | None = None
+        self._discarded = False
 
     async def _run(self) -> None:
         try:
@@ -291,6 +294,14 @@ class RestoredSpot:
             fail_one(activation.node.dispatcher, envelope, error)
             return
         activation.push_front([(envelope, False)])
+
+    def discard(self) -> None:
+        """Give it up before it opened: it ends without a turn and leaves the store alone."""
+        if self._opened.is_set():
+            return
+        self._discarded = True
+        self.activation.keeps_record = True
+        self._opened.set()
 
     def open(self) -> None:
         """Make it the Spot's incarnation on this host and let it serve (Rule 5)."""

@@ -1,0 +1,237 @@
+"""A Spot moves to another host when its host relocates (specs/relocation.md RELOC-47..RELOC-50;
+host/moving.py and routing/arrivals.py): its state through its adapter, its generation, and the
+messages that waited at the seal, answered from the target."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+import zlink_trio as zl
+from zlink_trio.testing import TestHost, open_test_host, open_test_stores
+
+app = zl.Application()
+
+
+@app.message("move.Add")
+@attrs.frozen
+class Add:
+    amount: int
+
+
+@app.message("move.Get")
+@attrs.frozen
+class Get:
+    pass
+
+
+@app.message("move.Count")
+@attrs.frozen
+class Count:
+    value: int
+    node: str
+
+
+@app.message("move.Stall")
+@attrs.frozen
+class Stall:
+    pass
+
+
+stalled = trio.Event()
+go_on = trio.Event()
+
+
+class CounterState(zl.SpotRelocationAdapter["Counter"]):
+    async def capture(self, target: Counter) -> bytes:
+        return target.value.to_bytes(8, "big")
+
+    async def restore(self, target: Counter, payload: bytes) -> None:
+        target.value = int.from_bytes(payload, "big")
+
+
+@app.instance_spot("move.Counter", relocation=zl.preserve_state_with(CounterState))
+class Counter(zl.InstanceSpot):
+    def __init__(self) -> None:
+        self.value = 0
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Count:
+        return Count(self.value, self.context.ref.node_rid.value)
+
+    @zl.request_handler(Stall)
+    async def stall(self, req: Stall) -> Count:
+        stalled.set()
+        await go_on.wait()
+        return Count(self.value, self.context.ref.node_rid.value)
+
+
+class Broken(zl.SpotRelocationAdapter["Stubborn"]):
+    async def capture(self, target: Stubborn) -> bytes:
+        raise RuntimeError("this state cannot be written down")
+
+    async def restore(self, target: Stubborn, payload: bytes) -> None:
+        raise AssertionError("never captured, so never restored")
+
+
+@app.user_spot("move.Stubborn", relocation=zl.preserve_state_with(Broken))
+class Stubborn(zl.Spot):
+    def __init__(self) -> None:
+        self.value = 0
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Count:
+        return Count(self.value, self.context.ref.node_rid.value)
+
+
+@app.user_spot("move.Room", relocation=zl.recreate_on_relocation())
+class Room(zl.Spot):
+    def __init__(self) -> None:
+        self.value = 0
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Count:
+        return Count(self.value, self.context.ref.node_rid.value)
+
+
+def _get(host: TestHost, spot_id: str, instance: bool = True) -> zl.SpotRequestCall:  # type: ignore[name-defined]
+    call = host.route.request_to_spot(spot_id, Get(), reply_type=Count)
+    return call.instance_spot("move.Counter") if instance else call
+
+
+async def _meet(one: TestHost, other: TestHost) -> None:
+    with trio.fail_after(10):
+        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
+
+
+@pytest.mark.spec("RELOC-47", "RELOC-7", "RELOC-23", "RELOC-13")
+async def test_a_spot_moves_with_its_state_and_generation(store_dsn: str) -> None:
+    """An Instance Spot with an adapter and a User Spot made anew: after the source relocates,
+    both answer from the target, the first with its count, the second from a fresh instance,
+    each with the generation it had; the source is RELOCATED and holds neither."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, relocation_payload_chunk_limit_bytes=3
+        ) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        sent: list[str] = []
+        source.host._node.set_trace(sent.append)
+        for amount in (5, 6, 7):
+            await (
+                source.route.send_to_spot("c-1", Add(amount)).instance_spot("move.Counter").submit()
+            )
+        before = await _get(source, "c-1").submit()
+        assert Count(18, source.node_rid.value) == before
+        room = await source.spots.get_or_create("room", "move.Room").submit()
+        await source.route.send_to_spot("room", Add(3)).submit()
+        counter_generation = source.host._tree.spots.activations[zl.SpotId("c-1")].generation
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        assert zl.HostStatus.RELOCATED == source.host.status
+        # The counter's 8 bytes went in chunks of at most 3 bytes.
+        assert 3 == sum("request zlink.RelocateChunk to c-1" in line for line in sent)
+        assert {} == {
+            k: v
+            for k, v in source.host._tree.spots.activations.items()
+            if v.kind is not zl.SpotKind.ENTRY
+        }
+        assert Count(18, target.node_rid.value) == await _get(source, "c-1").submit()
+        assert Count(18, target.node_rid.value) == await _get(target, "c-1").submit()
+        moved = target.host._tree.spots.activations[zl.SpotId("c-1")]
+        assert counter_generation == moved.generation
+        answer = await target.route.request_to_spot("room", Get(), reply_type=Count).submit()
+        assert Count(0, target.node_rid.value) == answer  # made anew: no state moved
+        assert (
+            room.spot_ref.object_generation
+            == target.host._tree.spots.activations[zl.SpotId("room")].generation
+        )
+
+
+@pytest.mark.spec("RELOC-48")
+async def test_what_waited_at_the_seal_is_answered_from_the_target_in_order(
+    store_dsn: str,
+) -> None:
+    """A turn runs when the relocation starts, with a send and a request queued behind it: the
+    turn ends on the source, then the queued send and request run on the target, in order, and
+    the request's caller gets the target's answer."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.route.send_to_spot("c-2", Add(1)).instance_spot("move.Counter").submit()
+        answers: dict[str, Count] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def stall() -> None:
+                call = source.route.request_to_spot("c-2", Stall(), reply_type=Count)
+                answers["stall"] = await call.instance_spot("move.Counter").submit()
+
+            async def queued() -> None:
+                answers["queued"] = await _get(source, "c-2").submit()
+
+            nursery.start_soon(stall)
+            await stalled.wait()
+            await source.route.send_to_spot("c-2", Add(10)).instance_spot("move.Counter").submit()
+            nursery.start_soon(queued)
+            await trio.testing.wait_all_tasks_blocked()
+            results: list[zl.RelocationResult] = []
+
+            async def relocate() -> None:
+                results.append(await source.host.relocate(deadline=20.0))
+
+            nursery.start_soon(relocate)
+            await trio.testing.wait_all_tasks_blocked()
+            go_on.set()
+        assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
+        assert Count(1, source.node_rid.value) == answers["stall"]
+        assert Count(11, target.node_rid.value) == answers["queued"]
+
+
+@pytest.mark.spec("SHUT-3.10", "RELOC-18")
+async def test_a_move_that_fails_after_another_committed_keeps_both_where_they_are(
+    store_dsn: str,
+) -> None:
+    """Spots move in id order: "a-room" moves, then "b-stubborn"'s adapter fails to capture. The
+    operation ends blocked; "a-room" stays on the target, "b-stubborn" serves on the source with
+    its state, and the source serves again (it places new Spots)."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.spots.get_or_create("a-room", "move.Room").submit()
+        await source.spots.get_or_create("b-stubborn", "move.Stubborn").submit()
+        await source.route.send_to_spot("b-stubborn", Add(4)).submit()
+        result = await source.host.relocate(deadline=20.0)
+        assert (zl.RelocationOutcome.BLOCKED, zl.RelocationReason.STATE_INCOMPATIBLE) == (
+            result.outcome,
+            result.reason,
+        )
+        assert zl.HostStatus.SERVING == source.host.status
+        where = await source.route.request_to_spot("a-room", Get(), reply_type=Count).submit()
+        assert target.node_rid.value == where.node
+        stays = await target.route.request_to_spot("b-stubborn", Get(), reply_type=Count).submit()
+        assert Count(4, source.node_rid.value) == stays
+        await source.spots.get_or_create("c-new", "move.Room").submit()
