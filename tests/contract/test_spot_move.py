@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -235,3 +236,31 @@ async def test_a_move_that_fails_after_another_committed_keeps_both_where_they_a
         stays = await target.route.request_to_spot("b-stubborn", Get(), reply_type=Count).submit()
         assert Count(4, source.node_rid.value) == stays
         await source.spots.get_or_create("c-new", "move.Room").submit()
+
+
+@pytest.mark.spec("RELOC-49")
+async def test_what_reaches_the_old_owner_after_the_move_is_relayed(store_dsn: str) -> None:
+    """A third host whose route still names the source sends and asks after the move: the send
+    is not lost and the request is answered, both by the Spot on the target."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as caller,
+    ):
+        await _meet(source, target)
+        await _meet(caller, source)
+        await source.route.send_to_spot("c-3", Add(2)).instance_spot("move.Counter").submit()
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        # The caller's route to the Spot still names the source, as a cache that has not heard
+        # of the move yet would: it sends there.
+        remote = caller.host._tree.remote
+        assert remote is not None
+        stale = Owner(source.node_rid)
+        spot = zl.SpotId("c-3")
+        kind = zl.StableTypeName("move.Counter")
+        await remote.send(stale, spot, Add(40), {}, kind)
+        deadline = caller.host._node.clock.now() + 10
+        answer = await remote.request(stale, spot, Get(), Count, {}, kind, deadline)
+        assert Count(42, target.node_rid.value) == answer

@@ -226,6 +226,9 @@ class HostConfig:
     )
     """Largest chunk a relocation payload is sent in, 1..``max_message_bytes``; the default is
     256 KiB, or ``max_message_bytes`` when that is smaller (specs/relocation.md RELOC-33)."""
+    relocation_follow_window: float = 30.0
+    """Seconds after a Spot moved away during which what still reaches this host for it is
+    relayed to its new owner (specs/relocation.md RELOC-49)."""
 
     def __attrs_post_init__(self) -> None:
         found = [
@@ -235,6 +238,7 @@ class HostConfig:
             _problem(check_timeout, self.request_timeout, "request_timeout"),
             _problem(check_timeout, self.closing_timeout, "closing_timeout"),
             _problem(check_timeout, self.node_lease, "node_lease"),
+            _problem(check_timeout, self.relocation_follow_window, "relocation_follow_window"),
             _problem(_check_bind_host, self.bind_host),
             _problem(_check_optional_timeout, self.instance_idle_timeout, "instance_idle_timeout"),
             _problem(_check_queue_size, self.app_job_queue_size),

@@ -317,6 +317,7 @@ async def open_host_on(
             await nursery.start(tree.run_remote, remote, inbound)
             relocator = tree.relocator = Relocator(node, tree.board, spots, actors)
             relocator.membership, relocator.remote, relocator.nursery = membership, remote, nursery
+            relocator.moved = messaging.moved
             host = Host(messaging, tree)
             interruption.shutdown = host.shutdown
             tree.board.set(HostStatus.SERVING)

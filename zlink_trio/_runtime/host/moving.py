@@ -14,7 +14,8 @@ Rule 3: after the commit the target owns the unit. It is told to open it; then e
 seal kept here, queued first and held after, and whatever still reaches the sealed Spot, is
 relayed to it in order as the same sends and requests (routing/forward.py): a request's reply
 comes back here and completes its caller's call, so callers see one call with one outcome. The
-Spot closes here with ``RELOCATION_OUT`` and leaves the record alone.
+Spot closes here with ``RELOCATION_OUT`` and leaves the record alone, and what reaches this
+host for it later is relayed for the follow window (routing/follow.py, RELOC-49).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from zlink_trio._runtime.declarations.system import (
 )
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.ownership.node_record import NodeRecord
+from zlink_trio._runtime.routing.follow import Moved
 from zlink_trio._runtime.routing.forward import forward
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
@@ -49,11 +51,13 @@ _log = logging.getLogger("zlink_trio.runtime.relocation")
 
 
 async def move_spot(
-    remote: Remote, activation: Activation, target: NodeRecord, deadline: float
+    remote: Remote, moved: Moved, activation: Activation, target: NodeRecord, deadline: float
 ) -> RelocationReason | None:
     """Move ``activation`` to ``target`` before ``deadline`` (Trio's clock); ``None`` once the
     target owns it, else why it stayed here (Rules 1-3)."""
     node = activation.node
+    with trio.move_on_at(deadline):
+        await activation.settled.wait()  # a Spot still activating is moved once it is Ready
     try:
         sealed = await seal(activation)
     except ZLinkError as error:
@@ -82,7 +86,7 @@ async def move_spot(
         assert isinstance(answer, RelocateAnswer)  # remote.request checked the reply's class
         return answer
 
-    moved = None
+    handed = None
     reason = RelocationReason.RELOCATION_FAILED
     try:
         kind, name = int(activation.kind), activation.spot_type.name.value
@@ -96,12 +100,12 @@ async def move_spot(
             reason = RelocationReason.STATE_INCOMPATIBLE
         else:
             node.fence.check()
-            moved = await node.authority.hand_over(sealed.claim, target.rid, target.generation)
+            handed = await node.authority.hand_over(sealed.claim, target.rid, target.generation)
     except trio.TooSlowError:
         reason = RelocationReason.DEADLINE_EXCEEDED
     except ZLinkError as error:
         _log.warning("moving %s to %s failed before its commit: %s", spot_id, target.rid, error)
-    if moved is None:
+    if handed is None:
         with trio.CancelScope(shield=True), trio.move_on_after(node.config.request_timeout):
             try:
                 await ask(RelocateAbort())
@@ -109,7 +113,9 @@ async def move_spot(
                 _log.info("could not tell %s to drop %s: %s", target.rid, spot_id, error)
         sealed.abort()
         return reason
-    await _hand_over(remote, sealed, activation, target, moved.version, snapshot.entries)
+    # From its close on, what still reaches this host for it is relayed (routing/follow.py).
+    moved.follow(spot_id, target.rid)
+    await _hand_over(remote, sealed, activation, target, handed.version, snapshot.entries)
     return None
 
 

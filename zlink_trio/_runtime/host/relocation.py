@@ -48,6 +48,7 @@ from zlink_trio._runtime.host.status import StatusBoard
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import RELOCATED, RELOCATING, SERVING, NodeRecord
+from zlink_trio._runtime.routing.follow import Moved
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
@@ -145,6 +146,7 @@ class Relocator:
         self._actors = actors
         self.membership: Membership | None = None
         self.remote: Remote | None = None
+        self.moved: Moved | None = None
         self.nursery: trio.Nursery | None = None
         self._running: _Operation | None = None
         self._relocated: _Operation | None = None
@@ -222,6 +224,7 @@ class Relocator:
     async def _move_all(self, target: NodeRecord, deadline: float) -> RelocationReason:
         """Rule 6: each Spot in turn; the first that stays here ends the operation."""
         assert self.remote is not None  # bound with the membership
+        assert self.moved is not None
         self._stop_placing(RELOCATING, HostStatus.RELOCATING)
         moving = sorted(
             (
@@ -232,7 +235,7 @@ class Relocator:
             key=lambda activation: activation.spot_id.value,  # a stable order, in id order
         )
         for activation in moving:
-            reason = await move_spot(self.remote, activation, target, deadline)
+            reason = await move_spot(self.remote, self.moved, activation, target, deadline)
             if reason is not None:
                 return reason
         return await self._relocate_nothing(deadline)

@@ -98,9 +98,9 @@ class Backlogs:
         """Admit ``message`` now if nothing of its target waits and nothing has to wait;
         ``False`` when it must be parked (Rule 1). Errors raise as from ``Messaging.send``
         (``send_actor`` for an Actor)."""
-        if target in self._queues:
-            return False
         messaging = self._messaging
+        if target in self._queues or messaging.moved.followed(target, messaging.remote):
+            return False  # parked, or relayed after a move (messaging.py Rule 10)
         node = messaging.node
         node.check_admitting()
         jobs = node.jobs

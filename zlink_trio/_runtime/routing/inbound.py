@@ -128,8 +128,8 @@ class Inbound:
 
         The same steps, in the same order, as ``Messaging.request`` for a local target."""
         target = message.target
-        if type(target) is not SpotId:
-            return False
+        if type(target) is not SpotId or self._messaging.moved.followed(target, self._remote):
+            return False  # an Actor, or a Spot that moved away (messaging.py Rule 10)
         node = self._node
         try:
             decoded = node.registry.messages.decode(message.message_type, message.payload)

@@ -36,6 +36,8 @@ Rule 9: a one-way message that its target's type has no handler for is refused a
 with ``NOT_FOUND``, wherever the target lives: for a remote target the owner's record names its
 type, and the sender's own declarations (the same application) say whether that type handles
 the message; a type this host does not declare is left for its owner to judge (MSG-7).
+Rule 10: work from peers for a Spot that moved away is relayed to its new owner for a while
+(follow.py; RELOC-49).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import current_turn
 from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.routing.follow import Moved
 from zlink_trio._runtime.routing.local import (
     InstanceChoice,
     actor_context,
@@ -91,6 +94,8 @@ class Messaging:
         """Global addressing (remote.py); set once the transport and membership run."""
         self._messages = spots.node.registry.messages
         self._limit = spots.node.config.max_message_bytes
+        self.moved = Moved(spots)
+        """Spots that moved away, followed for a while (Rule 10; follow.py)."""
 
     def _screen(self, message: object, local: bool) -> Encoded:
         """Rule 8: the message's encoding (or ``None``); nothing for work from peers."""
@@ -116,6 +121,10 @@ class Messaging:
         node.check_admitting()
         node.check_mesh(mesh)
         encoded = self._screen(message, local)
+        if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
+            relay, moved_to = followed
+            await relay.send(moved_to, spot_id, message, metadata, self._type_of(instance))
+            return
         jobs = node.jobs
         # The hot path takes a free permit and a free mailbox slot without a coroutine or a
         # checkpoint; only a shortage waits.
@@ -173,6 +182,12 @@ class Messaging:
         node.check_mesh(mesh)
         encoded = self._screen(message, local)
         deadline = node.clock.now() + time_limit
+        if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
+            relay, moved_to = followed
+            type_name = self._type_of(instance)
+            return await relay.request(
+                moved_to, spot_id, message, reply_type, metadata, type_name, deadline
+            )
         await job_permit(node, deadline, spot_id)
         held = True
         try:

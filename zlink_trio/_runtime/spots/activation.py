@@ -151,6 +151,8 @@ class Activation(SpotIngress):
         self._forward_to: NodeRid | None = None
         """The host that won the claim of a cold activation this one lost (Rule 7)."""
         self.closed = trio.Event()
+        self.settled = trio.Event()
+        """Set once the activation is Ready or has closed (a relocation waits for it)."""
         self.timers = SpotTimers(spot_type, spot_id, self.run_tick, node.clock)
         self._busy = 0
         self._idle_since = math.inf
@@ -289,6 +291,7 @@ class Activation(SpotIngress):
                 return
             if self.state is ActivationState.ACTIVATING:
                 self.state = ActivationState.READY
+            self.settled.set()
             self.catalog.activations[self.spot_id] = self
             task_status.started(response)
             try:
@@ -573,6 +576,7 @@ class Activation(SpotIngress):
                 del self.catalog.activations[self.spot_id]
             self._instance = None  # the instance does not outlive its activation (SPOT-61)
             self.closed.set()
+            self.settled.set()
 
     async def _release_record(self) -> None:
         """Delete this incarnation's store record (Rule 8): by the version it holds, or, after a
