@@ -261,6 +261,7 @@ async def test_what_reaches_the_old_owner_after_the_move_is_relayed(store_dsn: s
         spot = zl.SpotId("c-3")
         kind = zl.StableTypeName("move.Counter")
         await remote.send(stale, spot, Add(40), {}, kind)
+        await caller.wait_quiet()  # the send has reached the Spot, wherever it is
         deadline = caller.host._node.clock.now() + 10
         answer = await remote.request(stale, spot, Get(), Count, {}, kind, deadline)
         assert Count(42, target.node_rid.value) == answer

@@ -113,7 +113,8 @@ class Inbound:
             nursery.start_soon(self._inbound_move, origin, message)
             return
         target = message.target
-        if waiting := self.backlogs.holds(target):
+        followed = self._messaging.moved.followed(target, self._remote)
+        if not followed and (waiting := self.backlogs.holds(target)):
             # Full, with sends that came first still waiting: refused, never ahead of them.
             full = f"{target} is full: {waiting} messages from peers wait for it"
             self._answer(origin, message, ZLinkError(ErrorKind.UNAVAILABLE, full))

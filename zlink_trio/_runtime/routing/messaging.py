@@ -19,10 +19,9 @@ first in its new mailbox. A request spends its deadline on the permit wait too.
 Rule 5: ``Messaging`` is where a call chooses local or remote. It holds the host's Spot and Actor
 catalogs and, once peers are served, its ``Remote``; what happens on this host is ``local.py``,
 what happens on the wire is ``remote.py``, and inbound work from peers (``inbound.py``) calls
-back in here with ``local=True`` so it is never forwarded again.
-Rule 6: a User Spot that this host is creating (claimed, not Ready yet) is waited for, a send
-without a bound and a request within its deadline, and the call then goes to the new Spot or,
-if the creation did not make one, ends ``NOT_FOUND`` (SPOT-90).
+back in here with ``local=True`` so it is never forwarded again (but see Rule 10).
+Rule 6: a User Spot this host is creating (claimed, not Ready) is waited for (a send without a
+bound, a request within its deadline); the call then goes to it, or ends ``NOT_FOUND`` (SPOT-90).
 Rule 7: ``close(ref)`` closes the incarnation where it lives: on this host directly, on the host
 ``ref`` names through a ``zlink.CloseSpot`` request that the owner's inbound side answers with
 what its own ``close`` returned (SPOT-92).
@@ -36,8 +35,7 @@ Rule 9: a one-way message that its target's type has no handler for is refused a
 with ``NOT_FOUND``, wherever the target lives: for a remote target the owner's record names its
 type, and the sender's own declarations (the same application) say whether that type handles
 the message; a type this host does not declare is left for its owner to judge (MSG-7).
-Rule 10: work from peers for a Spot that moved away is relayed to its new owner for a while
-(follow.py; RELOC-49).
+Rule 10: peers' work for a Spot that moved away is relayed to it (follow.py; RELOC-49).
 """
 
 from __future__ import annotations
@@ -94,8 +92,7 @@ class Messaging:
         """Global addressing (remote.py); set once the transport and membership run."""
         self._messages = spots.node.registry.messages
         self._limit = spots.node.config.max_message_bytes
-        self.moved = Moved(spots)
-        """Spots that moved away, followed for a while (Rule 10; follow.py)."""
+        self.moved = Moved(spots)  # Spots that moved away, followed for a while (Rule 10)
 
     def _screen(self, message: object, local: bool) -> Encoded:
         """Rule 8: the message's encoding (or ``None``); nothing for work from peers."""
