@@ -4,12 +4,15 @@ messages that waited at the seal, answered from the target."""
 
 from __future__ import annotations
 
+import uuid
+
 import attrs
 import pytest
 import trio
 import trio.testing
 
 import zlink_trio as zl
+from zlink_trio._integration.store import Applied, Batch
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
@@ -265,3 +268,60 @@ async def test_what_reaches_the_old_owner_after_the_move_is_relayed(store_dsn: s
         deadline = caller.host._node.clock.now() + 10
         answer = await remote.request(stale, spot, Get(), Count, {}, kind, deadline)
         assert Count(42, target.node_rid.value) == answer
+
+
+class LostAnswers:
+    """The Location Store with one injected fault: the write that hands ``key`` over commits
+    but its answer is lost, and the next ``reads`` reads of ``key`` fail too (a store outage)."""
+
+    def __init__(self, location: object, key: str, reads: int) -> None:
+        self._location = location
+        self._key = key
+        self._reads = reads
+        self.lost = False
+        self.armed = False
+        """Set by the test once only the move's own write of ``key`` can follow."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._location, name)
+
+    async def write(self, batch: Batch) -> object:
+        written = await self._location.write(batch)  # type: ignore[attr-defined]
+        hands_over = any(m.key == self._key for m in batch.mutations) and batch.conditions
+        if hands_over and self.armed and not self.lost and isinstance(written, Applied):
+            self.lost = True
+            raise zl.ZLinkError(zl.ErrorKind.UNAVAILABLE, "injected: the answer was lost")
+        return written
+
+    async def read(self, key: str) -> object:
+        if key == self._key and self.lost and self._reads > 0:
+            self._reads -= 1
+            raise zl.ZLinkError(zl.ErrorKind.UNAVAILABLE, "injected: the store is down")
+        return await self._location.read(key)  # type: ignore[attr-defined]
+
+
+@pytest.mark.spec("RELOC-50")
+async def test_a_commit_whose_answer_is_lost_is_settled_by_reading_until_known(
+    store_dsn: str,
+) -> None:
+    """The hand-over commits, its answer is lost and the store then fails three reads: the
+    source reads until it knows the record names the target, and the move completes there
+    (the source does not serve the Spot again while the store names the target)."""
+    async with open_test_stores(store_dsn) as real:
+        mesh = f"move-{uuid.uuid4().hex[:12]}"
+        faulty = LostAnswers(real.location, f"m/{mesh}/spot/c-4", reads=3)
+        async with (
+            open_test_host(
+                app, dsn=store_dsn, stores=attrs.evolve(real, location=faulty), mesh=mesh
+            ) as source,
+            open_test_host(app, dsn=store_dsn, stores=real, mesh=mesh) as target,
+        ):
+            await _meet(source, target)
+            await source.route.send_to_spot("c-4", Add(9)).instance_spot("move.Counter").submit()
+            assert Count(9, source.node_rid.value) == await _get(source, "c-4").submit()
+            faulty.armed = True  # the Spot is Ready: the next write of its record is the move's
+            result = await source.host.relocate(deadline=20.0)
+            assert faulty.lost
+            assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+            assert Count(9, target.node_rid.value) == await _get(target, "c-4").submit()
+            assert zl.SpotId("c-4") not in source.host._tree.spots.activations

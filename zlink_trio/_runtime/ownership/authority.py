@@ -52,6 +52,7 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 
 import attrs
+import trio
 
 from zlink_trio._integration.store import (
     Applied,
@@ -89,6 +90,9 @@ _RECLAIM_PAGE = 500
 _RECLAIM_RESTARTS = 3
 """Scans restarted at most after an expired snapshot, per prefix and reclaim."""
 
+_REREAD_FIRST = 0.05
+_REREAD_MOST = 1.0
+"""Seconds between reads of a record whose hand-over has an unknown outcome, doubling."""
 _REMEMBERED_COUNTERS = 4096
 """Generation counters a node keeps as its first guess for a claim (Rule 1)."""
 _NO_CLOCK = datetime.min.replace(tzinfo=UTC)
@@ -249,7 +253,8 @@ class SpotAuthority:
         """Give the id's authority to another node run, keeping the object generation (a
         relocation's commit): the record this node holds at ``claim.version`` now names
         ``owner``; ``None`` when the record was no longer ours (Rule 3). An unknown outcome is
-        settled by reading the record (Rule 4), so a ``ZLinkError`` here means not handed over."""
+        settled by reading the record, as often as it takes (Rule 4): neither side may serve the
+        unit while it is unknown, so this returns only once it is known (or is cancelled)."""
         moved = attrs.evolve(
             claim.record, owner=owner, owner_generation=owner_generation, state=READY
         )
@@ -258,11 +263,19 @@ class SpotAuthority:
             written = await self._store.write(
                 Batch([IfVersion(key, claim.version)], [Put(key, moved.encode())])
             )
-        except ZLinkError:
-            found = await self._store.read(key)
+        except ZLinkError as error:
+            _log.warning("the hand-over of %s has an unknown outcome: %s", claim.spot_id, error)
+            pause = _REREAD_FIRST
+            while True:
+                try:
+                    found = await self._store.read(key)
+                    break
+                except ZLinkError:
+                    await trio.sleep(pause)
+                    pause = min(pause * 2, _REREAD_MOST)
             if isinstance(found, Found) and SpotRecord.decode(found.value) == moved:
                 return Claim(claim.spot_id, moved, found.version)
-            raise
+            return None  # the record is as it was, or not ours: nothing was handed over
         if not isinstance(written, Applied):
             return None
         return Claim(claim.spot_id, moved, written.versions[0])
