@@ -5,6 +5,7 @@ messages that waited at the seal, answered from the target."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import attrs
 import pytest
@@ -56,8 +57,11 @@ class CounterState(zl.SpotRelocationAdapter["Counter"]):
         target.value = int.from_bytes(payload, "big")
 
 
-@app.instance_spot("move.Counter", relocation=zl.preserve_state_with(CounterState))
-class Counter(zl.InstanceSpot):
+class Tally:
+    """What every Spot of these tests does: keep a count, and say it with where it runs."""
+
+    context: Any
+
     def __init__(self) -> None:
         self.value = 0
 
@@ -69,6 +73,9 @@ class Counter(zl.InstanceSpot):
     async def get(self, req: Get) -> Count:
         return Count(self.value, self.context.ref.node_rid.value)
 
+
+@app.instance_spot("move.Counter", relocation=zl.preserve_state_with(CounterState))
+class Counter(Tally, zl.InstanceSpot):
     @zl.request_handler(Stall)
     async def stall(self, req: Stall) -> Count:
         stalled.set()
@@ -85,31 +92,13 @@ class Broken(zl.SpotRelocationAdapter["Stubborn"]):
 
 
 @app.user_spot("move.Stubborn", relocation=zl.preserve_state_with(Broken))
-class Stubborn(zl.Spot):
-    def __init__(self) -> None:
-        self.value = 0
-
-    @zl.packet_handler(Add)
-    async def add(self, msg: Add) -> None:
-        self.value += msg.amount
-
-    @zl.request_handler(Get)
-    async def get(self, req: Get) -> Count:
-        return Count(self.value, self.context.ref.node_rid.value)
+class Stubborn(Tally, zl.Spot):
+    pass
 
 
 @app.user_spot("move.Room", relocation=zl.recreate_on_relocation())
-class Room(zl.Spot):
-    def __init__(self) -> None:
-        self.value = 0
-
-    @zl.packet_handler(Add)
-    async def add(self, msg: Add) -> None:
-        self.value += msg.amount
-
-    @zl.request_handler(Get)
-    async def get(self, req: Get) -> Count:
-        return Count(self.value, self.context.ref.node_rid.value)
+class Room(Tally, zl.Spot):
+    pass
 
 
 def _get(host: TestHost, spot_id: str, instance: bool = True) -> zl.SpotRequestCall:  # type: ignore[name-defined]

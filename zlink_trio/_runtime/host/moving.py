@@ -158,7 +158,6 @@ async def _hand_over(
             async for envelope in receive:
                 await forward(remote, activation, target.rid, [envelope], permits_held=False)
 
-    assert activation.node.activation_nursery is not None
     async with trio.open_nursery() as relaying:
         relaying.start_soon(relay)
         await activation.closed.wait()

@@ -226,26 +226,24 @@ class Relocator:
         assert self.remote is not None  # bound with the membership
         assert self.moved is not None
         self._stop_placing(RELOCATING, HostStatus.RELOCATING)
-        moving = sorted(
-            (
-                activation
-                for activation in self._spots.live
-                if activation.kind is not SpotKind.ENTRY and activation.accepting
-            ),
-            key=lambda activation: activation.spot_id.value,  # a stable order, in id order
-        )
-        for activation in moving:
+        for activation in self._spots_to_move():
             reason = await move_spot(self.remote, self.moved, activation, target, deadline)
             if reason is not None:
                 return reason
         return await self._relocate_nothing(deadline)
 
+    def _spots_to_move(self) -> list[Activation]:
+        """Every live Spot but the Entry Spot (which stays), in id order."""
+        return sorted(
+            (a for a in self._spots.live if a.kind is not SpotKind.ENTRY and a.accepting),
+            key=lambda activation: activation.spot_id.value,
+        )
+
     def _units(self) -> list[tuple[StableTypeName, str]]:
         """Rule 3: every live Spot (the Entry Spot stays) and Actor, by type and policy kind."""
         units: list[tuple[StableTypeName, str]] = [
             (activation.spot_type.name, activation.spot_type.relocation.kind)
-            for activation in self._spots.live
-            if activation.kind is not SpotKind.ENTRY and activation.accepting
+            for activation in self._spots_to_move()
         ]
         units.extend(
             (actor.actor_type.name, actor.actor_type.relocation.kind)

@@ -113,8 +113,11 @@ class Inbound:
             nursery.start_soon(self._inbound_move, origin, message)
             return
         target = message.target
-        followed = self._messaging.moved.followed(target, self._remote)
-        if not followed and (waiting := self.backlogs.holds(target)):
+        if self._messaging.moved.followed(target, self._remote):
+            # It moved away: relayed from a task of its own (messaging.py Rule 10).
+            nursery.start_soon(self._inbound_request, origin, message, arrived)
+            return
+        if waiting := self.backlogs.holds(target):
             # Full, with sends that came first still waiting: refused, never ahead of them.
             full = f"{target} is full: {waiting} messages from peers wait for it"
             self._answer(origin, message, ZLinkError(ErrorKind.UNAVAILABLE, full))
@@ -129,8 +132,8 @@ class Inbound:
 
         The same steps, in the same order, as ``Messaging.request`` for a local target."""
         target = message.target
-        if type(target) is not SpotId or self._messaging.moved.followed(target, self._remote):
-            return False  # an Actor, or a Spot that moved away (messaging.py Rule 10)
+        if type(target) is not SpotId:
+            return False
         node = self._node
         try:
             decoded = node.registry.messages.decode(message.message_type, message.payload)
