@@ -327,6 +327,7 @@ async def test_a_seal_waits_for_a_yield_continuation_to_end(store_dsn: str) -> N
     async with host_on(store_dsn) as host, trio.open_nursery() as nursery:
         asks = Background(nursery, host, spot_id)
         await asks.ask(Detour("d"))
+        await probe.wait_log(1)  # the detour's turn has started and given its gate back
         await send(host, spot_id, Note("m1"))
         await probe.wait_log(2)  # m1 ran: the detour waits outside the gate
         sealing = await started_seal(nursery, activation_of(host, spot_id))
