@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from typing import Protocol
 
+import attrs
 import cbor2
 import trio
 
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.sealing import seal_actor
 from zlink_trio._runtime.declarations.system import (
     RelocateAbort,
     RelocateAnswer,
@@ -38,20 +43,53 @@ from zlink_trio._runtime.declarations.system import (
     RelocateOpen,
 )
 from zlink_trio._runtime.node.envelope import Envelope, fail_one
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.ownership.authority import Claim
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.routing.follow import Moved
-from zlink_trio._runtime.routing.forward import forward
+from zlink_trio._runtime.routing.forward import relay
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
-from zlink_trio._runtime.spots.sealing import SealedSpot, seal
+from zlink_trio._runtime.spots.sealing import seal
 from zlink_trio._runtime.spots.transfer import payload_chunks, timer_state_to_wire
 from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ActorId, SpotId, SpotKind, StableTypeName
 from zlink_trio.options import RelocationReason
 
-__all__ = ["move_spot"]
+__all__ = ["move_actor", "move_spot"]
 
 _log = logging.getLogger("zlink_trio.runtime.relocation")
+
+
+class _Sealed(Protocol):
+    """What ``SealedSpot`` and ``SealedActor`` share (spots/sealing.py, actors/sealing.py)."""
+
+    @property
+    def claim(self) -> Claim: ...
+
+    async def capture_payload(self) -> bytes | None: ...
+
+    def abort(self) -> None: ...
+
+    def detach(self, forward: Callable[[Envelope], None], *, closing: bool = True) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@attrs.frozen
+class _Unit:
+    """One unit on its way out: its id, how it is named on the wire and how it ends here."""
+
+    target: SpotId | ActorId
+    node: LocalNode
+    sealed: _Sealed
+    entries: tuple[Envelope, ...]
+    """What the capture took, in order: the target runs these."""
+    announce: Callable[[int], RelocateIn]
+    """The ``RelocateIn`` for a payload of that many chunks."""
+    instance_type: StableTypeName | None
+    closed: trio.Event
 
 
 async def move_spot(
@@ -59,7 +97,6 @@ async def move_spot(
 ) -> RelocationReason | None:
     """Move ``activation`` to ``target`` before ``deadline`` (Trio's clock); ``None`` once the
     target owns it, else why it stayed here (Rules 1-3)."""
-    node = activation.node
     with trio.move_on_at(deadline):
         await activation.settled.wait()  # a Spot still activating is moved once it is Ready
     try:
@@ -67,25 +104,66 @@ async def move_spot(
     except ZLinkError as error:
         _log.info("%s cannot be moved now: %s", activation.spot_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
+    snapshot = sealed.capture()
+    timers = cbor2.dumps([timer_state_to_wire(state) for state in snapshot.timers])
+    kind, name = int(activation.kind), activation.spot_type.name.value
+    generation = snapshot.generation.value
+    unit = _Unit(
+        activation.spot_id,
+        activation.node,
+        sealed,
+        snapshot.entries,
+        lambda chunks: RelocateIn(kind, name, generation, timers, chunks),
+        activation.spot_type.name if activation.kind is SpotKind.INSTANCE else None,
+        activation.closed,
+    )
+    return await _move(remote, moved, unit, target, deadline)
+
+
+async def move_actor(
+    remote: Remote, moved: Moved, actor: ActorActivation, target: NodeRecord, deadline: float
+) -> RelocationReason | None:
+    """``move_spot`` for an Actor of the Entry Spot (Rules 1-3)."""
     try:
-        snapshot = sealed.capture()
+        sealed = await seal_actor(actor)
+    except ZLinkError as error:
+        _log.info("Actor %s cannot be moved now: %s", actor.actor_id, error)
+        return RelocationReason.STATE_INCOMPATIBLE
+    snapshot = sealed.capture()
+    name, generation = actor.actor_type.name.value, snapshot.generation.value
+    no_timers = cbor2.dumps([])
+    unit = _Unit(
+        actor.actor_id,
+        actor.node,
+        sealed,
+        snapshot.entries,
+        lambda chunks: RelocateIn(int(SpotKind.INVALID), name, generation, no_timers, chunks),
+        None,
+        actor.closed,
+    )
+    return await _move(remote, moved, unit, target, deadline)
+
+
+async def _move(
+    remote: Remote, moved: Moved, unit: _Unit, target: NodeRecord, deadline: float
+) -> RelocationReason | None:
+    node, sealed, unit_id = unit.node, unit.sealed, unit.target
+    try:
         payload = await sealed.capture_payload()
     except Exception as error:
-        _log.warning("capturing %s failed; it serves on here: %s", activation.spot_id, error)
+        _log.warning("capturing %s failed; it serves on here: %s", unit_id, error)
         sealed.abort()
         return RelocationReason.STATE_INCOMPATIBLE
     owner = Owner(target.rid)
-    spot_id = activation.spot_id
     limit = node.config.relocation_payload_chunk_limit_bytes
     chunks = [] if payload is None else payload_chunks(payload, limit)
-    timers = cbor2.dumps([timer_state_to_wire(state) for state in snapshot.timers])
 
     async def ask(message: object) -> RelocateAnswer:
         left = deadline - trio.current_time()
         if left <= 0:
             raise trio.TooSlowError
         answer = await remote.request(
-            owner, spot_id, message, RelocateAnswer, {}, None, node.clock.now() + left
+            owner, unit_id, message, RelocateAnswer, {}, None, node.clock.now() + left
         )
         assert isinstance(answer, RelocateAnswer)  # remote.request checked the reply's class
         return answer
@@ -93,14 +171,13 @@ async def move_spot(
     handed = None
     reason = RelocationReason.RELOCATION_FAILED
     try:
-        kind, name = int(activation.kind), activation.spot_type.name.value
-        answer = await ask(RelocateIn(kind, name, snapshot.generation.value, timers, len(chunks)))
+        answer = await ask(unit.announce(len(chunks)))
         for index, chunk in enumerate(chunks):
             if not answer.ok:
                 break
             answer = await ask(RelocateChunk(index, len(chunks), chunk))
         if not answer.ok:
-            _log.warning("%s refused %s: %s", target.rid, spot_id, answer.why)
+            _log.warning("%s refused %s: %s", target.rid, unit_id, answer.why)
             reason = RelocationReason.STATE_INCOMPATIBLE
         else:
             node.fence.check()
@@ -108,76 +185,86 @@ async def move_spot(
     except trio.TooSlowError:
         reason = RelocationReason.DEADLINE_EXCEEDED
     except ZLinkError as error:
-        _log.warning("moving %s to %s failed before its commit: %s", spot_id, target.rid, error)
+        _log.warning("moving %s to %s failed before its commit: %s", unit_id, target.rid, error)
     if handed is None:
         with trio.CancelScope(shield=True), trio.move_on_after(node.config.request_timeout):
             try:
                 await ask(RelocateAbort())
             except (ZLinkError, trio.TooSlowError) as error:
-                _log.info("could not tell %s to drop %s: %s", target.rid, spot_id, error)
+                _log.info("could not tell %s to drop %s: %s", target.rid, unit_id, error)
         sealed.abort()
         return reason
     # From its close on, what still reaches this host for it is relayed (routing/follow.py).
-    moved.follow(spot_id, target.rid)
-    await _hand_over(remote, sealed, activation, target, handed.version, snapshot.entries)
+    moved.follow(unit_id, target.rid)
+    await _hand_over(remote, unit, target, handed.version)
     return None
 
 
-async def _hand_over(
-    remote: Remote,
-    sealed: SealedSpot,
-    activation: Activation,
-    target: NodeRecord,
-    version: int,
-    captured: tuple[Envelope, ...],
-) -> None:
+async def _hand_over(remote: Remote, unit: _Unit, target: NodeRecord, version: int) -> None:
     """Rule 3: commit on the target, relay what stayed here, open there, close here."""
-    await _tell(remote, activation, target, RelocateCommit(version))
+    node, sealed = unit.node, unit.sealed
+    await _tell(remote, unit, target, RelocateCommit(version))
     send, receive = trio.open_memory_channel[Envelope](math.inf)
-    node = activation.node
 
     def to_relay(envelope: Envelope) -> None:
         try:
             send.send_nowait(envelope)
-        except trio.ClosedResourceError:  # reached the Spot after it closed here
-            gone = f"{activation.spot_id} moved to {target.rid}"
+        except trio.ClosedResourceError:  # reached it after it closed here
+            gone = f"{unit.target} moved to {target.rid}"
             fail_one(node.dispatcher, envelope, ZLinkError(ErrorKind.UNAVAILABLE, gone))
 
     # It stays registered, forwarding what reaches it, until the target opens it.
     sealed.detach(to_relay, closing=False)
 
-    async def relay(replies: trio.Nursery) -> None:
+    async def relay_all(replies: trio.Nursery) -> None:
         # What this host admitted before the commit goes first, then the target opens the unit
         # (arrivals.py Rule 3); the replies are waited for beside the relay.
-        first = list(captured)
+        first = list(unit.entries)
         while True:
             try:
                 first.append(receive.receive_nowait())
             except trio.WouldBlock:
                 break
-        await forward(remote, activation, target.rid, first, permits_held=False, replies=replies)
-        await _tell(remote, activation, target, RelocateOpen())
+        await _relay(remote, unit, target, first, replies)
+        await _tell(remote, unit, target, RelocateOpen())
         sealed.close()
         async with receive:
             async for envelope in receive:
-                await forward(
-                    remote, activation, target.rid, [envelope], permits_held=False, replies=replies
-                )
+                await _relay(remote, unit, target, [envelope], replies)
 
     async with trio.open_nursery() as relaying:
-        relaying.start_soon(relay, relaying)
-        await activation.closed.wait()
+        relaying.start_soon(relay_all, relaying)
+        await unit.closed.wait()
         send.close()
 
 
-async def _tell(remote: Remote, activation: Activation, target: NodeRecord, what: object) -> None:
+async def _relay(
+    remote: Remote,
+    unit: _Unit,
+    target: NodeRecord,
+    envelopes: list[Envelope],
+    replies: trio.Nursery,
+) -> None:
+    await relay(
+        remote,
+        unit.node,
+        unit.target,
+        unit.instance_type,
+        target.rid,
+        envelopes,
+        permits_held=False,
+        replies=replies,
+    )
+
+
+async def _tell(remote: Remote, unit: _Unit, target: NodeRecord, what: object) -> None:
     """Send the target one of the move's requests after the commit; a failure is logged: the
     record names the target, which owns the unit whether or not it heard (Rule 3)."""
-    node = activation.node
+    node = unit.node
     try:
         answer = await remote.request(
             Owner(target.rid),
-            activation.spot_id,
+            unit.target,
             what,
             RelocateAnswer,
             {},
@@ -185,7 +272,6 @@ async def _tell(remote: Remote, activation: Activation, target: NodeRecord, what
             node.clock.now() + node.config.request_timeout,
         )
         if isinstance(answer, RelocateAnswer) and not answer.ok:
-            spot_id, why = activation.spot_id, answer.why
-            _log.error("%s answered %r for %s: %s", target.rid, what, spot_id, why)
+            _log.error("%s answered %r for %s: %s", target.rid, what, unit.target, answer.why)
     except ZLinkError as error:
-        _log.error("telling %s %r for %s failed: %s", target.rid, what, activation.spot_id, error)
+        _log.error("telling %s %r for %s failed: %s", target.rid, what, unit.target, error)

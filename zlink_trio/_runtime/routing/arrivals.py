@@ -25,11 +25,17 @@ prepared (its instance closes without a turn).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import attrs
 import cbor2
 import trio
 
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.actors.sealing import ActorSnapshot, RestoredActor, prepare_actor_restore
+from zlink_trio._runtime.declarations.registry import ActorType, SpotType
+from zlink_trio._runtime.declarations.relocation import AdapterFailure
 from zlink_trio._runtime.declarations.system import (
     RelocateAbort,
     RelocateAnswer,
@@ -51,12 +57,18 @@ __all__ = ["Arrivals"]
 _log = logging.getLogger("zlink_trio.runtime.relocation")
 
 
+Restored = RestoredSpot | RestoredActor
+Restore = Callable[[Claim, bytes | None], Awaitable[Restored]]
+
+
 @attrs.define
 class _Arriving:
     source: NodeRid
-    snapshot: SpotSnapshot
+    record: SpotRecord
+    """The unit's record as the source holds it; the commit names this host in it (Rule 3)."""
+    restore: Restore
     assembly: PayloadAssembly | None
-    restored: RestoredSpot | None = None
+    restored: Restored | None = None
     committed: bool = False
     opened: trio.Event = attrs.field(factory=trio.Event)
 
@@ -64,8 +76,11 @@ class _Arriving:
 class Arrivals:
     """The units moving to this host, by id (Rules 1-4)."""
 
-    def __init__(self, spots: SpotCatalog[Activation]) -> None:
+    def __init__(
+        self, spots: SpotCatalog[Activation], actors: ActorCatalog[ActorActivation]
+    ) -> None:
         self._spots = spots
+        self._actors = actors
         self._node = spots.node
         self._arriving: dict[SpotId | ActorId, _Arriving] = {}
 
@@ -74,20 +89,24 @@ class Arrivals:
         """Whether any unit is moving here (the reader's cheap first check)."""
         return bool(self._arriving)
 
-    async def on_request(self, source: NodeRid, target: object, message: object) -> RelocateAnswer:
+    async def on_request(
+        self, source: NodeRid, target: SpotId | ActorId, message: object
+    ) -> RelocateAnswer:
         """Answer one of the move's requests from ``source`` for ``target`` (Rule 1)."""
-        if not isinstance(target, SpotId):
-            raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "a Spot's move names a Spot id")
         self._node.check_admitting()
         if isinstance(message, RelocateIn):
-            return await self._begin(source, target, message)
+            self.drop(target)
+            if isinstance(target, SpotId):
+                return await self._begin_spot(source, target, message)
+            return await self._begin_actor(source, target, message)
         arriving = self._arriving.get(target)
         if arriving is None or arriving.source != source:
             return RelocateAnswer(False, f"no move of {target} from {source} is under way here")
         if arriving.committed and not isinstance(message, RelocateOpen):
             return RelocateAnswer(False, f"{target} was committed here already")
         if isinstance(message, RelocateChunk):
-            assert arriving.assembly is not None  # a type without an adapter sends no chunk
+            if arriving.assembly is None:
+                raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"{target} takes no payload")
             arriving.assembly.add(message.index, message.count, message.data)
             if arriving.assembly.complete:
                 return await self._restore(target, arriving, arriving.assembly.payload)
@@ -101,83 +120,105 @@ class Arrivals:
             return RelocateAnswer(True)
         raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"not a move's request: {message!r}")
 
-    async def _begin(self, source: NodeRid, target: SpotId, message: RelocateIn) -> RelocateAnswer:
-        self.drop(target)
+    async def _begin_spot(
+        self, source: NodeRid, target: SpotId, message: RelocateIn
+    ) -> RelocateAnswer:
         spot_type = self._node.registry.spot_types.get(StableTypeName(message.type_name))
         if spot_type is None or int(spot_type.kind) != message.kind:
             return RelocateAnswer(False, f"no {message.type_name} Spot type is served here")
         if target in self._spots.activations:
             return RelocateAnswer(False, f"{target} is live here already")
         now = self._node.clock.now()
-        try:
-            states = cbor2.loads(message.timers)
-            if not isinstance(states, list):
-                raise TypeError("timers are a list")
-        except (ValueError, TypeError, cbor2.CBORDecodeError) as error:
-            raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"a move's timers: {error}") from None
         snapshot = SpotSnapshot(
             target,
             spot_type.name,
             ObjectGeneration(message.generation),
             (),
-            tuple(timer_state_from_wire(state, now) for state in states),
+            tuple(timer_state_from_wire(state, now) for state in _timers(message)),
             now,
         )
-        adapter = spot_type.relocation.adapter
+
+        async def restore(claim: Claim, payload: bytes | None) -> Restored:
+            return await prepare_restore(self._spots, snapshot, claim, payload)
+
+        kind = SpotKind(spot_type.kind)
+        return await self._begin(source, target, message, kind, spot_type, restore)
+
+    async def _begin_actor(
+        self, source: NodeRid, target: ActorId, message: RelocateIn
+    ) -> RelocateAnswer:
+        actor_type = self._node.registry.actor_types.get(StableTypeName(message.type_name))
+        if actor_type is None or message.kind != int(SpotKind.INVALID):
+            return RelocateAnswer(False, f"no {message.type_name} Actor type is served here")
+        if target in self._actors.actors:
+            return RelocateAnswer(False, f"Actor {target} is live here already")
+        if _timers(message):
+            raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "an Actor has no timers (ACT-3)")
+        generation = ObjectGeneration(message.generation)
+        snapshot = ActorSnapshot(target, actor_type.name, generation, ())
+
+        async def restore(claim: Claim, payload: bytes | None) -> Restored:
+            return await prepare_actor_restore(self._actors, actor_type, snapshot, claim, payload)
+
+        return await self._begin(source, target, message, SpotKind.INVALID, actor_type, restore)
+
+    async def _begin(
+        self,
+        source: NodeRid,
+        target: SpotId | ActorId,
+        message: RelocateIn,
+        kind: SpotKind,
+        declared: SpotType | ActorType,
+        restore: Restore,
+    ) -> RelocateAnswer:
+        adapter = declared.relocation.adapter
         if (adapter is None) != (message.chunks == 0):
-            return RelocateAnswer(False, f"{spot_type.name}'s payload does not match its policy")
+            return RelocateAnswer(False, f"{declared.name}'s payload does not match its policy")
+        # Until the commit the claim is the source's record as the source holds it; the commit
+        # gives the version that names this host (Rule 3).
+        record = SpotRecord(
+            source,
+            self._node.node_generation,
+            ObjectGeneration(message.generation),
+            kind,
+            declared.name,
+            READY,
+            self._node.mesh,
+        )
         # Chunks are cut by the source's limit; here each is bounded as any message is.
         limit = self._node.config.max_message_bytes
         assembly = None if adapter is None else PayloadAssembly(limit)
-        arriving = self._arriving[target] = _Arriving(source, snapshot, assembly)
+        arriving = self._arriving[target] = _Arriving(source, record, restore, assembly)
         if assembly is None:
             return await self._restore(target, arriving, None)
         return RelocateAnswer(True)
 
     async def _restore(
-        self, target: SpotId, arriving: _Arriving, payload: bytes | None
+        self, target: SpotId | ActorId, arriving: _Arriving, payload: bytes | None
     ) -> RelocateAnswer:
-        snapshot = arriving.snapshot
-        spot_type = self._node.registry.spot_types[snapshot.type_name]
-        # Until the commit the claim is the source's record as the source holds it; the commit
-        # gives the version that names this host (Rule 3).
-        record = SpotRecord(
-            arriving.source,
-            self._node.node_generation,
-            snapshot.generation,
-            SpotKind(spot_type.kind),
-            spot_type.name,
-            READY,
-            self._node.mesh,
-        )
         try:
-            arriving.restored = await prepare_restore(
-                self._spots, snapshot, Claim(target, record, 0), payload
-            )
-        except ZLinkError as error:
+            arriving.restored = await arriving.restore(Claim(target, arriving.record, 0), payload)
+        except (ZLinkError, AdapterFailure) as error:
             self._arriving.pop(target, None)
             return RelocateAnswer(False, f"restoring {target} failed: {error}")
         return RelocateAnswer(True)
 
-    def _commit(self, target: SpotId, arriving: _Arriving, version: int) -> RelocateAnswer:
+    def _commit(
+        self, target: SpotId | ActorId, arriving: _Arriving, version: int
+    ) -> RelocateAnswer:
         restored = arriving.restored
         if restored is None:
             return RelocateAnswer(False, f"{target} was not restored here")
         arriving.committed = True
-        activation = restored.activation
-        assert activation.claim is not None  # prepared with the source's record
         record = attrs.evolve(
-            activation.claim.record,
-            owner=self._node.node_rid,
-            owner_generation=self._node.node_generation,
+            arriving.record, owner=self._node.node_rid, owner_generation=self._node.node_generation
         )
-        activation.claim = Claim(target, record, version)
-        restored.admit()
+        restored.admit(Claim(target, record, version))
         self._node.activation_nursery.start_soon(self._open_later, target, arriving)
         _log.info("%s moved here from %s", target, arriving.source)
         return RelocateAnswer(True)
 
-    def relayed(self, source: NodeRid, target: SpotId | ActorId) -> RestoredSpot | None:
+    def relayed(self, source: NodeRid, target: SpotId | ActorId) -> Restored | None:
         """The committed unit that takes what ``source`` sends to ``target`` in front of its
         mailbox, until the source's ``RelocateOpen`` (Rule 3); else ``None``."""
         arriving = self._arriving.get(target)
@@ -190,25 +231,25 @@ class Arrivals:
         arriving = self._arriving.get(target)
         if arriving is None or arriving.source != source or not arriving.committed:
             return RelocateAnswer(False, f"no move of {target} from {source} awaits its opening")
-        self._open(arriving)
+        self._open(target, arriving)
         return RelocateAnswer(True)
 
-    def _open(self, arriving: _Arriving) -> None:
-        del self._arriving[arriving.snapshot.spot_id]
+    def _open(self, target: SpotId | ActorId, arriving: _Arriving) -> None:
+        del self._arriving[target]
         assert arriving.restored is not None  # committed only once restored
         arriving.restored.open()
         arriving.opened.set()
 
-    async def _open_later(self, target: SpotId, arriving: _Arriving) -> None:
+    async def _open_later(self, target: SpotId | ActorId, arriving: _Arriving) -> None:
         """Rule 3's last sentence: the source went quiet after its commit."""
         with trio.move_on_after(self._node.config.request_timeout):
             await arriving.opened.wait()
             return
         if self._arriving.get(target) is arriving:
             _log.warning("%s opens without its source %s's word", target, arriving.source)
-            self._open(arriving)
+            self._open(target, arriving)
 
-    def drop(self, target: SpotId) -> None:
+    def drop(self, target: SpotId | ActorId) -> None:
         """Rule 4: forget a prepared unit that will not open here."""
         arriving = self._arriving.get(target)
         if arriving is None or arriving.committed:
@@ -216,3 +257,13 @@ class Arrivals:
         del self._arriving[target]
         if arriving.restored is not None:
             arriving.restored.discard()
+
+
+def _timers(message: RelocateIn) -> list[object]:
+    try:
+        states = cbor2.loads(message.timers)
+    except (ValueError, cbor2.CBORDecodeError) as error:
+        raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"a move's timers: {error}") from None
+    if not isinstance(states, list):
+        raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "a move's timers are a list")
+    return states

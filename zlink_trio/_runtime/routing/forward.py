@@ -20,14 +20,15 @@ import trio
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ZLinkError
-from zlink_trio.ids import NodeRid, SpotKind
+from zlink_trio.ids import ActorId, NodeRid, SpotId, SpotKind, StableTypeName
 
-__all__ = ["forward"]
+__all__ = ["forward", "relay"]
 
 _log = logging.getLogger("zlink_trio.runtime.activation")
 
@@ -46,25 +47,51 @@ async def forward(
     unless the caller has (``permits_held=False``: a moved Spot's relay, host/moving.py).
     Returns once every reply is in, or, given ``replies``, once every message is submitted:
     the replies are then waited for in that nursery."""
+    # Only an Instance Spot is named by its type on the wire (a User Spot's type comes from its
+    # record, and naming it would ask for an Instance Spot).
+    instance_type = activation.spot_type.name if activation.kind is SpotKind.INSTANCE else None
+    await relay(
+        remote,
+        activation.node,
+        activation.spot_id,
+        instance_type,
+        owner,
+        envelopes,
+        permits_held=permits_held,
+        replies=replies,
+    )
+
+
+async def relay(
+    remote: Remote,
+    node: LocalNode,
+    target: SpotId | ActorId,
+    instance_type: StableTypeName | None,
+    owner: NodeRid,
+    envelopes: list[Envelope],
+    *,
+    permits_held: bool = True,
+    replies: trio.Nursery | None = None,
+) -> None:
+    """``forward`` by the target's id: a Spot's (named by ``instance_type`` when it is an
+    Instance Spot) or an Actor's (a moved Actor's relay, host/moving.py)."""
     if replies is not None:
-        await _forward(remote, activation, owner, envelopes, permits_held, replies)
+        await _relay(remote, node, target, instance_type, owner, envelopes, permits_held, replies)
         return
     async with trio.open_nursery() as requests:
-        await _forward(remote, activation, owner, envelopes, permits_held, requests)
+        await _relay(remote, node, target, instance_type, owner, envelopes, permits_held, requests)
 
 
-async def _forward(
+async def _relay(
     remote: Remote,
-    activation: Activation,
+    node: LocalNode,
+    target: SpotId | ActorId,
+    instance_type: StableTypeName | None,
     owner: NodeRid,
     envelopes: list[Envelope],
     permits_held: bool,
     requests: trio.Nursery,
 ) -> None:
-    node = activation.node
-    # Only an Instance Spot is named by its type on the wire (a User Spot's type comes from its
-    # record, and naming it would ask for an Instance Spot).
-    instance_type = activation.spot_type.name if activation.kind is SpotKind.INSTANCE else None
     for envelope in envelopes:
         if permits_held:
             node.jobs.release()
@@ -72,11 +99,9 @@ async def _forward(
         route = envelope.reply_route
         if route is None:
             try:
-                await remote.send(
-                    Owner(owner), activation.spot_id, message, context.metadata, instance_type
-                )
+                await remote.send(Owner(owner), target, message, context.metadata, instance_type)
             except ZLinkError as error:
-                _log.info("a forwarded send to %s failed: %s", activation.spot_id, error)
+                _log.info("a forwarded send to %s failed: %s", target, error)
             continue
         reply_type = envelope.handler.reply_type or object
         deadline = math.inf if context.deadline is None else context.deadline
@@ -101,7 +126,7 @@ async def _forward(
             try:
                 value = await remote.request(
                     Owner(owner),
-                    activation.spot_id,
+                    target,
                     message,
                     reply_type,
                     context.metadata,

@@ -53,7 +53,7 @@ from zlink_trio._runtime.declarations.system import (
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
-from zlink_trio._runtime.routing.arrivals import Arrivals
+from zlink_trio._runtime.routing.arrivals import Arrivals, Restored
 from zlink_trio._runtime.routing.backlog import Backlogs
 from zlink_trio._runtime.routing.credit import PAUSE, RESUME
 from zlink_trio._runtime.routing.local import (
@@ -65,7 +65,6 @@ from zlink_trio._runtime.routing.local import (
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots import creation
-from zlink_trio._runtime.spots.sealing import RestoredSpot
 from zlink_trio._wire import ErrorReply, Reply, Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotRef
@@ -90,7 +89,7 @@ class Inbound:
         self._nursery: trio.Nursery | None = None
         self.backlogs = Backlogs(messaging, signal=self._signal)
         """The per-target backlogs of sends from peers (backlog.py)."""
-        self.arrivals = Arrivals(messaging.spots)
+        self.arrivals = Arrivals(messaging.spots, messaging.actors)
         """The Spots moving to this host (arrivals.py)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -203,33 +202,29 @@ class Inbound:
             self._answer(origin, message, _for_caller(error))
         return True
 
-    def _take_relayed(
-        self, origin: PeerRun, message: Send | Request, restored: RestoredSpot
-    ) -> None:
+    def _take_relayed(self, origin: PeerRun, message: Send | Request, restored: Restored) -> None:
         """What the source of a move relays before its ``RelocateOpen`` (Rule 7)."""
         node = self._node
-        target = message.target
-        assert isinstance(target, SpotId)  # relayed() found a Spot moving here
         request = message if type(message) is Request else None
         try:
             decoded = node.registry.messages.decode(message.message_type, message.payload)
             kind = HandlerKind.PACKET if request is None else HandlerKind.REQUEST
-            handler = handler_of(restored.activation.spot_type, type(decoded), kind)
+            handler = handler_of(restored.declared, type(decoded), kind)
             metadata = dict(message.metadata)
             if request is None:
-                restored.take(Envelope(decoded, handler, MessageContext(target, metadata), None))
+                restored.take(Envelope(decoded, handler, restored.context(metadata, None), None))
                 return
             deadline = node.clock.now() + max(request.budget_us / 1_000_000, 1e-6)
             entry = node.dispatcher.register(
                 partial(self._answer_outcome, origin, request, deadline)
             )
-            context = MessageContext(target, metadata, None, deadline)
+            context = restored.context(metadata, deadline)
             restored.take(Envelope(decoded, handler, context, entry.route))
         except ZLinkError as error:
             if request is not None:
                 self._answer(origin, request, _for_caller(error))
             else:
-                _log.warning("a relayed send to %s was not admitted: %s", target, error)
+                _log.warning("a relayed send to %s was not admitted: %s", message.target, error)
 
     def _answer_outcome(
         self, origin: PeerRun, request: Request, deadline: float, outcome: Outcome

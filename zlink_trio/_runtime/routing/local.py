@@ -112,7 +112,8 @@ def resolve_actor(
 ) -> tuple[ActorActivation, Handler]:
     """The Ready local Actor ``actor_id`` and its handler; ``NOT_FOUND`` otherwise."""
     actor = actors.actors.get(actor_id)
-    if actor is None or not actor.accepting:
+    # An Actor that moved away and is closing here still forwards what it is offered.
+    if actor is None or not (actor.accepting or actor.hold is not None):
         raise ZLinkError(ErrorKind.NOT_FOUND, f"no Actor {actor_id}")
     return actor, handler_of(actor.actor_type, message_type, kind)
 

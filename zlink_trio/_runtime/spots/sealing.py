@@ -45,7 +45,9 @@ from typing import Any
 import attrs
 import trio
 
+from zlink_trio._runtime.declarations.registry import SpotType
 from zlink_trio._runtime.declarations.relocation import capture_payload, restore_payload
+from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.timers import TimerState
 from zlink_trio._runtime.node.envelope import Envelope, fail_one
@@ -313,10 +315,22 @@ class RestoredSpot:
         self.activation.keeps_record = True
         self._opened.set()
 
-    def admit(self) -> None:
-        """Make it the Spot's incarnation on this host: what is offered to it from now on waits
-        in its mailbox, behind what it takes, until ``open`` (Rule 5)."""
+    @property
+    def declared(self) -> SpotType:
+        """The Spot's declared type (its handlers)."""
+        return self.activation.spot_type
+
+    def context(self, metadata: dict[str, str], deadline: float | None) -> MessageContext:
+        """The context of a message relayed to it."""
+        return MessageContext(self.activation.spot_id, metadata, None, deadline)
+
+    def admit(self, claim: Claim | None = None) -> None:
+        """Make it the Spot's incarnation on this host (under ``claim``, the record that names
+        this host, when given): what is offered to it from now on waits in its mailbox, behind
+        what it takes, until ``open`` (Rule 5)."""
         activation = self.activation
+        if claim is not None:
+            activation.claim = claim
         activation.catalog.activations[activation.spot_id] = activation
         activation.keeps_record = False
 
