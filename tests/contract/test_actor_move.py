@@ -44,6 +44,12 @@ class Stall:
     pass
 
 
+@app.message("amove.Join")
+@attrs.frozen
+class Join:
+    spot: str
+
+
 @app.message("amove.Mark")
 @attrs.frozen
 class Mark:
@@ -92,6 +98,10 @@ class Tally:
         ref = self.context.ref
         return Count(self.value, ref.node_rid.value, self.context.spot_id.value)
 
+    @zl.packet_handler(Join)
+    async def join(self, msg: Join) -> None:
+        self.context.join_spot(msg.spot).defer()
+
 
 @app.actor("amove.Wallet", relocation=zl.preserve_state_with(WalletState))
 class Wallet(Tally, zl.Actor):
@@ -114,6 +124,34 @@ class Broken(zl.ActorRelocationAdapter["Stubborn"]):
 @app.actor("amove.Stubborn", relocation=zl.preserve_state_with(Broken))
 class Stubborn(Tally, zl.Actor):
     pass
+
+
+class RoomState(zl.SpotRelocationAdapter["Room"]):
+    async def capture(self, target: Room) -> bytes:
+        return target.value.to_bytes(8, "big")
+
+    async def restore(self, target: Room, payload: bytes) -> None:
+        target.value = int.from_bytes(payload, "big")
+
+
+@app.user_spot("amove.Room", relocation=zl.preserve_state_with(RoomState))
+class Room(zl.Spot):
+    def __init__(self) -> None:
+        self.value = 0
+
+    async def on_actor_join(
+        self, actor_id: zl.ActorId, request: object | None
+    ) -> zl.SpotActorJoinResult:
+        return zl.SpotActorJoinResult.accept()
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Count:
+        ref = self.context.ref
+        return Count(self.value, ref.node_rid.value, ref.spot_id.value)
 
 
 def _get(host: TestHost, actor_id: str) -> Any:
@@ -284,3 +322,69 @@ async def test_an_actors_early_sender_is_not_served_before_the_relay(store_dsn: 
         await _get(target, "w-3").submit()  # queued behind "after" on the target
         moved_to = target.node_rid.value
         assert [("before", moved_to), ("after", moved_to)] == marks
+
+
+@pytest.mark.spec("RELOC-64", "RELOC-6")
+async def test_a_user_spot_moves_with_its_member_actors(store_dsn: str) -> None:
+    """A Room with two members (a Wallet with an adapter, a Visitor made anew) and a third Actor
+    in the Entry Spot: after the source relocates, the Room answers from the target with its
+    state, both members answer from the target as members of the Room (the Wallet with its
+    count, a send queued at the seal run there), and the third from the target's Entry Spot;
+    every generation is kept."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        room = await source.spots.get_or_create("room", "amove.Room").submit()
+        await source.route.send_to_spot("room", Add(9)).submit()
+        created = {}
+        for actor_id, type_name in (("m-1", "amove.Wallet"), ("m-2", "amove.Visitor")):
+            created[actor_id] = await source.actors.create(actor_id, type_name).submit()
+            await source.route.send_to_actor(actor_id, Join("room")).submit()
+        await source.actors.create("e-1", "amove.Wallet").submit()
+        await source.route.send_to_actor("m-1", Add(4)).submit()
+        await source.route.send_to_actor("m-2", Add(2)).submit()
+        before = await _get(source, "m-1").submit()
+        assert ("room", 4) == (before.spot, before.value)
+        results: list[zl.RelocationResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def stall() -> None:
+                await source.route.request_to_actor("m-1", Stall(), reply_type=Count).submit()
+
+            nursery.start_soon(stall)
+            await stalled.wait()
+            await source.route.send_to_actor("m-1", Add(30)).submit()
+
+            async def relocate() -> None:
+                results.append(await source.host.relocate(deadline=20.0))
+
+            nursery.start_soon(relocate)
+            await trio.testing.wait_all_tasks_blocked()
+            go_on.set()
+        assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
+        moved_to = target.node_rid.value
+        entry = target.host._tree.spots.entry.spot_id.value  # type: ignore[union-attr]
+        at_room = await target.route.request_to_spot("room", Get(), reply_type=Count).submit()
+        assert Count(9, moved_to, "room") == at_room
+        assert Count(34, moved_to, "room") == await _get(source, "m-1").submit()
+        assert Count(0, moved_to, "room") == await _get(target, "m-2").submit()
+        assert Count(0, moved_to, entry) == await _get(target, "e-1").submit()
+        assert room.spot_ref is not None
+        spots = target.host._tree.spots  # type: ignore[union-attr]
+        restored = spots.activations[zl.SpotId("room")]
+        assert room.spot_ref.object_generation == restored.generation
+        assert {"m-1", "m-2"} == {member.actor_id.value for member in restored.members}
+        for actor_id, result in created.items():
+            found = await target.actors.find(actor_id)
+            assert found is not None
+            assert result.actor_ref is not None
+            assert (result.actor_ref.object_generation, target.node_rid) == (
+                found.object_generation,
+                found.node_rid,
+            )
+        assert not source.host._tree.actors.live  # type: ignore[union-attr]

@@ -411,3 +411,36 @@ async def test_a_unit_whose_source_never_says_open_opens_after_the_request_timeo
             call = target.route.request_to_spot("c-4", Get(), reply_type=Count).timeout(4)
             count = await call.submit()
         assert Count(2, target.node_rid.value) == count
+
+
+@pytest.mark.spec("DEC-25")
+async def test_a_move_commits_although_the_sources_node_record_was_renewed_meanwhile(
+    store_dsn: str,
+) -> None:
+    """The source renews its node record between the move's start and its commit (as its lease
+    does every lease / 3): the commit, conditional on the moving record only, still applies."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.route.send_to_spot("c-5", Add(3)).instance_spot("move.Counter").submit()
+        authority = source.host._node.authority
+        hand_over = authority.hand_over
+        lease = source.host._tree.membership._own  # type: ignore[union-attr]
+        renewed: list[int | None] = []
+
+        async def renew_then_hand_over(*args: Any) -> Any:
+            before = lease._version
+            await lease.publish(first=False)
+            renewed.append(before if lease._version != before else None)
+            return await hand_over(*args)
+
+        authority.hand_over = renew_then_hand_over
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        assert renewed
+        assert None not in renewed  # the renewal did change the node record's version
+        count = await target.route.request_to_spot("c-5", Get(), reply_type=Count).submit()
+        assert Count(3, target.node_rid.value) == count

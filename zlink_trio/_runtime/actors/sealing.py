@@ -18,6 +18,9 @@ Rule 4: detach hands over for good: what the capture did not take goes to ``forw
 and every later offer too; the Actor leaves its Spot's member set without a callback (the Entry
 Spots' memberships move with the record, upstream 28 §8.3), and closes without touching the
 store record, which is the target's now.
+Rule 6: a User Spot moves with its members (RELOC-6): ``seal_with_members`` seals each member
+and then the Spot, and keeps the member set fixed while sealed (a join into a sealed Spot waits
+for its control turn); on the target each member is admitted as a member of the restored Spot.
 Rule 5: a restore makes a fresh instance of the type with its context and gives it the adapter
 payload; ``on_create_actor`` does not run again (it ran for this generation). The restored Actor
 is nobody's until ``admit``: then it is Ready in the catalog and a member of this host's Entry
@@ -27,7 +30,7 @@ ends that seal.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 import trio
@@ -40,11 +43,20 @@ from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.node.envelope import Envelope, fail_one
 from zlink_trio._runtime.ownership.authority import Claim
+from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.ingress import WAKE, Hold
+from zlink_trio._runtime.spots.sealing import SealedSpot, seal
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, ObjectGeneration, SpotKind, StableTypeName
 
-__all__ = ["ActorSnapshot", "RestoredActor", "SealedActor", "prepare_actor_restore", "seal_actor"]
+__all__ = [
+    "ActorSnapshot",
+    "RestoredActor",
+    "SealedActor",
+    "prepare_actor_restore",
+    "seal_actor",
+    "seal_with_members",
+]
 
 
 @attrs.frozen
@@ -57,12 +69,12 @@ class ActorSnapshot:
     entries: tuple[Envelope, ...]
 
 
-def _refuse_seal(actor: ActorActivation) -> ZLinkError | None:
+def _refuse_seal(actor: ActorActivation, spot: Activation | None) -> ZLinkError | None:
     if actor.state is not ActorState.READY:
         return ZLinkError(ErrorKind.UNAVAILABLE, f"Actor {actor.actor_id} is not Ready")
     if actor.hold is not None:
         return ZLinkError(ErrorKind.INVALID_OPERATION, f"Actor {actor.actor_id} is sealed already")
-    if actor.spot.kind is not SpotKind.ENTRY:
+    if actor.spot.kind is not SpotKind.ENTRY and actor.spot is not spot:
         return ZLinkError(
             ErrorKind.INVALID_OPERATION,
             f"Actor {actor.actor_id} is a member of {actor.spot.spot_id}: it moves with it",
@@ -70,11 +82,11 @@ def _refuse_seal(actor: ActorActivation) -> ZLinkError | None:
     return None
 
 
-async def seal_actor(actor: ActorActivation) -> SealedActor:
+async def seal_actor(actor: ActorActivation, spot: Activation | None = None) -> SealedActor:
     """Seal ``actor`` at a turn boundary (Rule 1): ``UNAVAILABLE`` when it is not Ready (or
     host shutdown breaks the seal), ``INVALID_OPERATION`` when it is sealed already or a member
-    of a User Spot."""
-    refused = _refuse_seal(actor)
+    of a User Spot other than ``spot`` (whose move seals its members: ``seal_with_members``)."""
+    refused = _refuse_seal(actor, spot)
     if refused is not None:
         raise refused
     hold = Hold()
@@ -86,7 +98,7 @@ async def seal_actor(actor: ActorActivation) -> SealedActor:
                 await trio.lowlevel.checkpoint()  # the lane is on its way back to its queue
             else:
                 await hold.quiet.wait()
-        refused = None if hold.broken else _refuse_seal_after(actor)
+        refused = None if hold.broken else _refuse_seal_after(actor, spot)
         if refused is not None:
             raise refused
     except BaseException:
@@ -101,8 +113,9 @@ async def seal_actor(actor: ActorActivation) -> SealedActor:
     return SealedActor(actor, hold)
 
 
-def _refuse_seal_after(actor: ActorActivation) -> ZLinkError | None:
-    if actor.spot.kind is not SpotKind.ENTRY:  # a join during the seal made it a member
+def _refuse_seal_after(actor: ActorActivation, spot: Activation | None) -> ZLinkError | None:
+    if actor.spot.kind is not SpotKind.ENTRY and actor.spot is not spot:
+        # A join during the seal made it a member of another Spot.
         return ZLinkError(
             ErrorKind.INVALID_OPERATION,
             f"Actor {actor.actor_id} joined {actor.spot.spot_id}: it moves with it",
@@ -110,6 +123,40 @@ def _refuse_seal_after(actor: ActorActivation) -> ZLinkError | None:
     if actor.state is not ActorState.READY:
         return ZLinkError(ErrorKind.UNAVAILABLE, f"Actor {actor.actor_id} is closing")
     return None
+
+
+async def seal_with_members(activation: Activation) -> tuple[SealedSpot, list[SealedActor]]:
+    """Seal a User Spot and every member Actor, as one unit (Rule 6): the members first (their
+    turns take the Spot's gate), then the Spot, which holds every join into it; then any Actor
+    that joined meanwhile is sealed too, and one that left for the Entry Spot is let go (it
+    moves on its own). Raises as ``seal`` and ``seal_actor`` do, everything let go."""
+    members: dict[ActorActivation, SealedActor] = {}
+    try:
+        for actor in _by_id(activation.members):
+            members[actor] = await seal_actor(actor, activation)
+        sealed = await seal(activation, with_members=True)
+        try:
+            while True:
+                current = set(activation.members)
+                for actor in [actor for actor in members if actor not in current]:
+                    members.pop(actor).abort()
+                joined = [actor for actor in _by_id(current) if actor not in members]
+                if not joined:
+                    break
+                for actor in joined:
+                    members[actor] = await seal_actor(actor, activation)
+        except BaseException:
+            sealed.abort()
+            raise
+    except BaseException:
+        for member in members.values():
+            member.abort_if_sealed()
+        raise
+    return sealed, [members[actor] for actor in _by_id(members)]
+
+
+def _by_id(actors: Iterable[ActorActivation]) -> list[ActorActivation]:
+    return sorted(actors, key=lambda actor: actor.actor_id.value)
 
 
 class SealedActor:
@@ -157,6 +204,11 @@ class SealedActor:
         self._live()
         self._ended = True
         self.actor.reopen()
+
+    def abort_if_sealed(self) -> None:
+        """``abort`` unless the seal has ended already (host shutdown broke it)."""
+        if not (self._ended or self._hold.broken):
+            self.abort()
 
     def detach(self, forward: Callable[[Envelope], None], *, closing: bool = True) -> None:
         """Hand over for good (Rule 4); ``forward`` must not block and receives each envelope
@@ -243,17 +295,18 @@ class RestoredActor:
         actor = self.actor
         return MessageContext(actor.spot.spot_id, metadata, actor.actor_id, deadline)
 
-    def admit(self, claim: Claim) -> None:
+    def admit(self, claim: Claim, spot: Activation | None = None) -> None:
         """Ready under ``claim`` (the record that names this host), in the catalog, a member of
-        this host's Entry Spot, sealed: what is offered waits behind what it takes (Rule 5)."""
+        ``spot`` (the User Spot it moved with) or this host's Entry Spot, sealed: what is
+        offered waits behind what it takes (Rule 5)."""
         actor = self.actor
         actor._claim = claim
         actor.keeps_record = False
         actor.hold = Hold()
         actor.state = ActorState.READY
-        entry = actor.catalog.spots.entry
-        actor.spot = entry
-        entry.members.add(actor)
+        member_of = actor.catalog.spots.entry if spot is None else spot
+        actor.spot = member_of
+        member_of.members.add(actor)
         actor.catalog.actors[actor.actor_id] = actor
         actor.node.activation_nursery.start_soon(actor.run)
 

@@ -58,6 +58,9 @@ class RelocateIn:
     generation: int
     timers: bytes
     chunks: int
+    spot: str | None = None
+    """For an Actor that moves with its User Spot: that Spot's id (its ``RelocateIn`` came
+    first); ``None`` for an Actor of the Entry Spot and for a Spot."""
 
 
 @attrs.frozen
@@ -75,6 +78,8 @@ class RelocateCommit:
     (what the source relays first, then the rest), and serve it at ``RelocateOpen``."""
 
     version: int
+    members: tuple[tuple[str, int], ...] = ()
+    """The member Actors that moved with the Spot, each with its record's version."""
 
 
 @attrs.frozen

@@ -16,7 +16,12 @@ relayed to it in order as the same sends and requests (routing/forward.py), and
 ``RelocateOpen`` follows on the same connection, so the target serves the relayed messages
 before anything a sender sent it directly (per-sender order, RELOC-60). A request's reply comes
 back here and completes its caller's call, so callers see one call with one outcome; whatever
-still reaches the sealed Spot is relayed after. The
+still reaches the sealed Spot is relayed after.
+Rule 4: a User Spot moves with its member Actors (RELOC-6, RELOC-64). They are sealed with it
+(actors/sealing.py ``seal_with_members``), each announced after the Spot with the Spot's id,
+and the commit is one conditional batch over the Spot's record and every member's: all move or
+none does. The target admits and opens them together; an abort drops them together. An Actor of
+the Entry Spot moves alone the same way (``move_actor``). The
 Spot closes here with ``RELOCATION_OUT`` and leaves the record alone, and what reaches this
 host for it later is relayed for the follow window (routing/follow.py, RELOC-49).
 """
@@ -33,7 +38,7 @@ import cbor2
 import trio
 
 from zlink_trio._runtime.actors.activation import ActorActivation
-from zlink_trio._runtime.actors.sealing import seal_actor
+from zlink_trio._runtime.actors.sealing import SealedActor, seal_actor, seal_with_members
 from zlink_trio._runtime.declarations.system import (
     RelocateAbort,
     RelocateAnswer,
@@ -95,12 +100,15 @@ class _Unit:
 async def move_spot(
     remote: Remote, moved: Moved, activation: Activation, target: NodeRecord, deadline: float
 ) -> RelocationReason | None:
-    """Move ``activation`` to ``target`` before ``deadline`` (Trio's clock); ``None`` once the
-    target owns it, else why it stayed here (Rules 1-3)."""
+    """Move ``activation`` (with its member Actors, if any) to ``target`` before ``deadline``
+    (Trio's clock); ``None`` once the target owns it, else why it stayed here (Rules 1-4)."""
     with trio.move_on_at(deadline):
         await activation.settled.wait()  # a Spot still activating is moved once it is Ready
     try:
-        sealed = await seal(activation)
+        if activation.members:
+            sealed, members = await seal_with_members(activation)
+        else:
+            sealed, members = await seal(activation), []
     except ZLinkError as error:
         _log.info("%s cannot be moved now: %s", activation.spot_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
@@ -108,16 +116,19 @@ async def move_spot(
     timers = cbor2.dumps([timer_state_to_wire(state) for state in snapshot.timers])
     kind, name = int(activation.kind), activation.spot_type.name.value
     generation = snapshot.generation.value
-    unit = _Unit(
-        activation.spot_id,
-        activation.node,
-        sealed,
-        snapshot.entries,
-        lambda chunks: RelocateIn(kind, name, generation, timers, chunks),
-        activation.spot_type.name if activation.kind is SpotKind.INSTANCE else None,
-        activation.closed,
-    )
-    return await _move(remote, moved, unit, target, deadline)
+    units = [
+        _Unit(
+            activation.spot_id,
+            activation.node,
+            sealed,
+            snapshot.entries,
+            lambda chunks: RelocateIn(kind, name, generation, timers, chunks),
+            activation.spot_type.name if activation.kind is SpotKind.INSTANCE else None,
+            activation.closed,
+        )
+    ]
+    units.extend(_actor_unit(member, activation.spot_id.value) for member in members)
+    return await _move(remote, moved, units, target, deadline)
 
 
 async def move_actor(
@@ -129,41 +140,46 @@ async def move_actor(
     except ZLinkError as error:
         _log.info("Actor %s cannot be moved now: %s", actor.actor_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
+    return await _move(remote, moved, [_actor_unit(sealed, None)], target, deadline)
+
+
+def _actor_unit(sealed: SealedActor, spot: str | None) -> _Unit:
+    actor = sealed.actor
     snapshot = sealed.capture()
     name, generation = actor.actor_type.name.value, snapshot.generation.value
     no_timers = cbor2.dumps([])
-    unit = _Unit(
+    return _Unit(
         actor.actor_id,
         actor.node,
         sealed,
         snapshot.entries,
-        lambda chunks: RelocateIn(int(SpotKind.INVALID), name, generation, no_timers, chunks),
+        lambda chunks: RelocateIn(int(SpotKind.INVALID), name, generation, no_timers, chunks, spot),
         None,
         actor.closed,
     )
-    return await _move(remote, moved, unit, target, deadline)
 
 
 async def _move(
-    remote: Remote, moved: Moved, unit: _Unit, target: NodeRecord, deadline: float
+    remote: Remote, moved: Moved, units: list[_Unit], target: NodeRecord, deadline: float
 ) -> RelocationReason | None:
-    node, sealed, unit_id = unit.node, unit.sealed, unit.target
+    """Rules 1-2 for a unit and the Actors that move with it (``units[1:]``, Rule 4)."""
+    primary = units[0]
+    node, unit_id = primary.node, primary.target
     try:
-        payload = await sealed.capture_payload()
+        payloads = [await unit.sealed.capture_payload() for unit in units]
     except Exception as error:
         _log.warning("capturing %s failed; it serves on here: %s", unit_id, error)
-        sealed.abort()
+        _abort(units)
         return RelocationReason.STATE_INCOMPATIBLE
     owner = Owner(target.rid)
     limit = node.config.relocation_payload_chunk_limit_bytes
-    chunks = [] if payload is None else payload_chunks(payload, limit)
 
-    async def ask(message: object) -> RelocateAnswer:
+    async def ask(about: SpotId | ActorId, message: object) -> RelocateAnswer:
         left = deadline - trio.current_time()
         if left <= 0:
             raise trio.TooSlowError
         answer = await remote.request(
-            owner, unit_id, message, RelocateAnswer, {}, None, node.clock.now() + left
+            owner, about, message, RelocateAnswer, {}, None, node.clock.now() + left
         )
         assert isinstance(answer, RelocateAnswer)  # remote.request checked the reply's class
         return answer
@@ -171,17 +187,23 @@ async def _move(
     handed = None
     reason = RelocationReason.RELOCATION_FAILED
     try:
-        answer = await ask(unit.announce(len(chunks)))
-        for index, chunk in enumerate(chunks):
+        answer = RelocateAnswer(True)
+        for unit, payload in zip(units, payloads, strict=True):
+            chunks = [] if payload is None else payload_chunks(payload, limit)
+            answer = await ask(unit.target, unit.announce(len(chunks)))
+            for index, chunk in enumerate(chunks):
+                if not answer.ok:
+                    break
+                answer = await ask(unit.target, RelocateChunk(index, len(chunks), chunk))
             if not answer.ok:
                 break
-            answer = await ask(RelocateChunk(index, len(chunks), chunk))
         if not answer.ok:
             _log.warning("%s refused %s: %s", target.rid, unit_id, answer.why)
             reason = RelocationReason.STATE_INCOMPATIBLE
         else:
             node.fence.check()
-            handed = await node.authority.hand_over(sealed.claim, target.rid, target.generation)
+            claims = [unit.sealed.claim for unit in units]
+            handed = await node.authority.hand_over(claims, target.rid, target.generation)
     except trio.TooSlowError:
         reason = RelocationReason.DEADLINE_EXCEEDED
     except ZLinkError as error:
@@ -189,52 +211,73 @@ async def _move(
     if handed is None:
         with trio.CancelScope(shield=True), trio.move_on_after(node.config.request_timeout):
             try:
-                await ask(RelocateAbort())
+                await ask(unit_id, RelocateAbort())  # the target drops the members with it
             except (ZLinkError, trio.TooSlowError) as error:
                 _log.info("could not tell %s to drop %s: %s", target.rid, unit_id, error)
-        sealed.abort()
+        _abort(units)
         return reason
-    # From its close on, what still reaches this host for it is relayed (routing/follow.py).
-    moved.follow(unit_id, target.rid)
-    await _hand_over(remote, unit, target, handed.version)
+    for unit in units:
+        # From its close on, what still reaches this host for it is relayed (routing/follow.py).
+        moved.follow(unit.target, target.rid)
+    members = tuple(
+        (unit.target.value, claim.version)
+        for unit, claim in zip(units[1:], handed[1:], strict=True)
+    )
+    await _hand_over(remote, units, target, RelocateCommit(handed[0].version, members))
     return None
 
 
-async def _hand_over(remote: Remote, unit: _Unit, target: NodeRecord, version: int) -> None:
+def _abort(units: list[_Unit]) -> None:
+    """Serve here again: the members first, so the Spot's first turn finds them serving."""
+    for unit in reversed(units):
+        unit.sealed.abort()
+
+
+async def _hand_over(
+    remote: Remote, units: list[_Unit], target: NodeRecord, commit: RelocateCommit
+) -> None:
     """Rule 3: commit on the target, relay what stayed here, open there, close here."""
-    node, sealed = unit.node, unit.sealed
-    await _tell(remote, unit, target, RelocateCommit(version))
-    send, receive = trio.open_memory_channel[Envelope](math.inf)
+    primary = units[0]
+    node = primary.node
+    await _tell(remote, primary, target, commit)
+    send, receive = trio.open_memory_channel[tuple[_Unit, Envelope]](math.inf)
 
-    def to_relay(envelope: Envelope) -> None:
-        try:
-            send.send_nowait(envelope)
-        except trio.ClosedResourceError:  # reached it after it closed here
-            gone = f"{unit.target} moved to {target.rid}"
-            fail_one(node.dispatcher, envelope, ZLinkError(ErrorKind.UNAVAILABLE, gone))
+    def to_relay(unit: _Unit) -> Callable[[Envelope], None]:
+        def relayed(envelope: Envelope) -> None:
+            try:
+                send.send_nowait((unit, envelope))
+            except trio.ClosedResourceError:  # reached it after it closed here
+                gone = f"{unit.target} moved to {target.rid}"
+                fail_one(node.dispatcher, envelope, ZLinkError(ErrorKind.UNAVAILABLE, gone))
 
-    # It stays registered, forwarding what reaches it, until the target opens it.
-    sealed.detach(to_relay, closing=False)
+        return relayed
+
+    for unit in units:
+        # It stays registered, forwarding what reaches it, until the target opens it.
+        unit.sealed.detach(to_relay(unit), closing=False)
 
     async def relay_all(replies: trio.Nursery) -> None:
-        # What this host admitted before the commit goes first, then the target opens the unit
-        # (arrivals.py Rule 3); the replies are waited for beside the relay.
-        first = list(unit.entries)
+        # What this host admitted before the commit goes first, then the target opens the
+        # units (arrivals.py Rule 3); the replies are waited for beside the relay.
+        for unit in units:
+            await _relay(remote, unit, target, list(unit.entries), replies)
         while True:
             try:
-                first.append(receive.receive_nowait())
+                unit, envelope = receive.receive_nowait()
             except trio.WouldBlock:
                 break
-        await _relay(remote, unit, target, first, replies)
-        await _tell(remote, unit, target, RelocateOpen())
-        sealed.close()
+            await _relay(remote, unit, target, [envelope], replies)
+        await _tell(remote, primary, target, RelocateOpen())
+        for unit in reversed(units):  # the members leave before their Spot closes
+            unit.sealed.close()
         async with receive:
-            async for envelope in receive:
+            async for unit, envelope in receive:
                 await _relay(remote, unit, target, [envelope], replies)
 
     async with trio.open_nursery() as relaying:
         relaying.start_soon(relay_all, relaying)
-        await unit.closed.wait()
+        for unit in units:
+            await unit.closed.wait()
         send.close()
 
 

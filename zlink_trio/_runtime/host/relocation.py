@@ -27,11 +27,10 @@ Rule 5: shutdown wins. Once shutdown starts, a running operation ends
 blocked relocation shuts the host down, and a host that was RELOCATING serves again (SHUT-3.9,
 SHUT-3.11).
 Rule 6: with a target found, the host becomes RELOCATING and moves its Spots one at a time,
-then its Actors of the Entry Spot (host/moving.py); the first that stays here ends the operation
-with its reason, what moved before it stays moved and the host serves again (SHUT-3.10). Moving
-the members of a User Spot with it is not built yet: a host holding one is blocked
-``STATE_INCOMPATIBLE`` before anything is sealed. A target must serve every type to move (its
-node record lists the Spot and Actor types it serves).
+each User Spot with its member Actors, then the Actors of the Entry Spot (host/moving.py); the
+first that stays here ends the operation with its reason, what moved before it stays moved and
+the host serves again (SHUT-3.10). A target must serve every type to move (its node record lists
+the Spot and Actor types it serves).
 """
 
 from __future__ import annotations
@@ -210,11 +209,6 @@ class Relocator:
             return RelocationReason.RELOCATION_DISABLED
         if not units:
             return await self._relocate_nothing(deadline)
-        if any(
-            actor.accepting and actor.spot.kind is not SpotKind.ENTRY for actor in self._actors.live
-        ):
-            _log.warning("relocation blocked: moving members of a User Spot is not built yet")
-            return RelocationReason.STATE_INCOMPATIBLE
         # Node records list the Spot and Actor types a host serves.
         types = {name for name, _policy in units}
         target: NodeRecord | None = None
@@ -240,9 +234,14 @@ class Relocator:
         return await self._relocate_nothing(deadline)
 
     def _actors_to_move(self) -> list[ActorActivation]:
-        """Every Ready Actor, in id order."""
+        """Every Ready Actor of the Entry Spot, in id order (a member of a User Spot moved with
+        it)."""
         return sorted(
-            (actor for actor in self._actors.live if actor.accepting),
+            (
+                actor
+                for actor in self._actors.live
+                if actor.accepting and actor.spot.kind is SpotKind.ENTRY
+            ),
             key=lambda actor: actor.actor_id.value,
         )
 

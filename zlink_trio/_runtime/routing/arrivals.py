@@ -20,6 +20,10 @@ the last relayed message; then the unit serves. A source that dies between its c
 ``RelocateOpen`` leaves the unit to open by itself after ``request_timeout``.
 Rule 4: an abort, a new ``RelocateIn`` for the same id, or this host's shutdown drops what was
 prepared (its instance closes without a turn).
+Rule 5: a User Spot's members move with it. Each member's ``RelocateIn`` names the Spot, whose
+own came first; the Spot's ``RelocateCommit`` lists every member with its record's version (one
+batch wrote them all): the Spot is admitted, then each member as a member of it, and its
+``RelocateOpen`` opens them all. An abort of the Spot drops its members too.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class _Arriving:
     restored: Restored | None = None
     committed: bool = False
     opened: trio.Event = attrs.field(factory=trio.Event)
+    members: list[ActorId] = attrs.field(factory=list)
+    """The Actors moving with this User Spot, in the order announced (Rule 5)."""
 
 
 class Arrivals:
@@ -112,7 +118,7 @@ class Arrivals:
                 return await self._restore(target, arriving, arriving.assembly.payload)
             return RelocateAnswer(True)
         if isinstance(message, RelocateCommit):
-            return self._commit(target, arriving, message.version)
+            return self._commit(target, arriving, message.version, message.members)
         if isinstance(message, RelocateOpen):
             return self.open(source, target)
         if isinstance(message, RelocateAbort):
@@ -156,6 +162,12 @@ class Arrivals:
             raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "an Actor has no timers (ACT-3)")
         generation = ObjectGeneration(message.generation)
         snapshot = ActorSnapshot(target, actor_type.name, generation, ())
+        if message.spot is not None:
+            spot = self._arriving.get(SpotId(message.spot))
+            if spot is None or spot.source != source or spot.committed:
+                why = f"no move of {message.spot} from {source} takes members here"
+                return RelocateAnswer(False, why)
+            spot.members.append(target)
 
         async def restore(claim: Claim, payload: bytes | None) -> Restored:
             return await prepare_actor_restore(self._actors, actor_type, snapshot, claim, payload)
@@ -204,19 +216,52 @@ class Arrivals:
         return RelocateAnswer(True)
 
     def _commit(
-        self, target: SpotId | ActorId, arriving: _Arriving, version: int
+        self,
+        target: SpotId | ActorId,
+        arriving: _Arriving,
+        version: int,
+        members: tuple[tuple[str, int], ...],
     ) -> RelocateAnswer:
         restored = arriving.restored
         if restored is None:
             return RelocateAnswer(False, f"{target} was not restored here")
+        versions = dict(members)
+        missing = [m for m in arriving.members if m.value not in versions or not self._ready(m)]
+        if missing or len(versions) != len(arriving.members):
+            # The records name this host whatever is answered: keep what came, say what did not.
+            _log.error("%s committed here without its members %s", target, missing)
+        self._admit(target, arriving, version, None)
+        assert isinstance(restored, RestoredSpot) or not arriving.members
+        for member in arriving.members:
+            if member.value in versions and self._ready(member):
+                spot = restored.activation if isinstance(restored, RestoredSpot) else None
+                self._admit(member, self._arriving[member], versions[member.value], spot)
+        self._node.activation_nursery.start_soon(self._open_later, target, arriving)
+        _log.info("%s moved here from %s", target, arriving.source)
+        return RelocateAnswer(True)
+
+    def _ready(self, member: ActorId) -> bool:
+        arriving = self._arriving.get(member)
+        return arriving is not None and arriving.restored is not None
+
+    def _admit(
+        self,
+        target: SpotId | ActorId,
+        arriving: _Arriving,
+        version: int,
+        spot: Activation | None,
+    ) -> None:
         arriving.committed = True
         record = attrs.evolve(
             arriving.record, owner=self._node.node_rid, owner_generation=self._node.node_generation
         )
-        restored.admit(Claim(target, record, version))
-        self._node.activation_nursery.start_soon(self._open_later, target, arriving)
-        _log.info("%s moved here from %s", target, arriving.source)
-        return RelocateAnswer(True)
+        claim = Claim(target, record, version)
+        restored = arriving.restored
+        if isinstance(restored, RestoredActor):
+            restored.admit(claim, spot)
+        else:
+            assert restored is not None  # _commit and _ready checked
+            restored.admit(claim)
 
     def relayed(self, source: NodeRid, target: SpotId | ActorId) -> Restored | None:
         """The committed unit that takes what ``source`` sends to ``target`` in front of its
@@ -239,6 +284,10 @@ class Arrivals:
         assert arriving.restored is not None  # committed only once restored
         arriving.restored.open()
         arriving.opened.set()
+        for member in arriving.members:  # a User Spot's members open with it (Rule 5)
+            joined = self._arriving.pop(member, None)
+            if joined is not None and joined.restored is not None and joined.committed:
+                joined.restored.open()
 
     async def _open_later(self, target: SpotId | ActorId, arriving: _Arriving) -> None:
         """Rule 3's last sentence: the source went quiet after its commit."""
@@ -257,6 +306,8 @@ class Arrivals:
         del self._arriving[target]
         if arriving.restored is not None:
             arriving.restored.discard()
+        for member in arriving.members:  # a User Spot's members are dropped with it (Rule 5)
+            self.drop(member)
 
 
 def _timers(message: RelocateIn) -> list[object]:
