@@ -16,6 +16,9 @@ relayed to it in order as the same sends and requests (routing/forward.py): a re
 comes back here and completes its caller's call, so callers see one call with one outcome. The
 Spot closes here with ``RELOCATION_OUT`` and leaves the record alone, and what reaches this
 host for it later is relayed for the follow window (routing/follow.py, RELOC-49).
+
+A move that completes logs its ``MoveTimes`` at DEBUG, as the one argument of the record (only
+when DEBUG is on for this logger): bench/relocation.py reads it; nothing else depends on it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 
+import attrs
 import cbor2
 import trio
 
@@ -45,9 +49,27 @@ from zlink_trio._runtime.spots.transfer import payload_chunks, timer_state_to_wi
 from zlink_trio.errors import ZLinkError
 from zlink_trio.options import RelocationReason
 
-__all__ = ["move_spot"]
+__all__ = ["MoveTimes", "move_spot"]
 
 _log = logging.getLogger("zlink_trio.runtime.relocation")
+
+
+@attrs.frozen
+class MoveTimes:
+    """When one completed move passed each step, on Trio's clock of the source (seconds)."""
+
+    spot_id: str
+    payload_bytes: int
+    sealing: float
+    """The seal began: from here on what reaches the Spot is held."""
+    sealed: float
+    """The running turn had ended."""
+    prepared: float
+    """The target had restored the unit (its last answer before the commit)."""
+    committed: float
+    """The record named the target."""
+    opened: float
+    """The target had opened the unit and serves it."""
 
 
 async def move_spot(
@@ -58,11 +80,13 @@ async def move_spot(
     node = activation.node
     with trio.move_on_at(deadline):
         await activation.settled.wait()  # a Spot still activating is moved once it is Ready
+    sealing = trio.current_time()
     try:
         sealed = await seal(activation)
     except ZLinkError as error:
         _log.info("%s cannot be moved now: %s", activation.spot_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
+    times = [sealing, trio.current_time()]
     try:
         snapshot = sealed.capture()
         payload = await sealed.capture_payload()
@@ -99,8 +123,10 @@ async def move_spot(
             _log.warning("%s refused %s: %s", target.rid, spot_id, answer.why)
             reason = RelocationReason.STATE_INCOMPATIBLE
         else:
+            times.append(trio.current_time())
             node.fence.check()
             handed = await node.authority.hand_over(sealed.claim, target.rid, target.generation)
+            times.append(trio.current_time())
     except trio.TooSlowError:
         reason = RelocationReason.DEADLINE_EXCEEDED
     except ZLinkError as error:
@@ -115,7 +141,10 @@ async def move_spot(
         return reason
     # From its close on, what still reaches this host for it is relayed (routing/follow.py).
     moved.follow(spot_id, target.rid)
-    await _hand_over(remote, sealed, activation, target, handed.version, snapshot.entries)
+    opened = await _hand_over(remote, sealed, activation, target, handed.version, snapshot.entries)
+    if _log.isEnabledFor(logging.DEBUG):
+        size = 0 if payload is None else len(payload)
+        _log.debug("%s", MoveTimes(spot_id.value, size, *times, opened))
     return None
 
 
@@ -126,8 +155,9 @@ async def _hand_over(
     target: NodeRecord,
     version: int,
     captured: tuple[Envelope, ...],
-) -> None:
-    """Rule 3: open the unit on the target, relay what stayed here, close here."""
+) -> float:
+    """Rule 3: open the unit on the target, relay what stayed here, close here; when the
+    target answered that it serves the unit."""
     node = activation.node
     try:
         answer = await remote.request(
@@ -149,6 +179,7 @@ async def _hand_over(
     except ZLinkError as error:
         # The record names the target: it owns the unit whether or not it heard (Rule 3).
         _log.error("telling %s to open %s failed: %s", target.rid, activation.spot_id, error)
+    opened = trio.current_time()
     send, receive = trio.open_memory_channel[Envelope](math.inf)
     sealed.detach(send.send_nowait)
 
@@ -162,3 +193,4 @@ async def _hand_over(
         relaying.start_soon(relay)
         await activation.closed.wait()
         send.close()
+    return opened
