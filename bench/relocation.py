@@ -49,6 +49,7 @@ import argparse
 import cProfile
 import importlib.util
 import io
+import itertools
 import json
 import logging
 import os
@@ -64,7 +65,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -78,6 +79,7 @@ HERE = Path(__file__).resolve().parent
 SIZES = {"1 KiB": 1024, "1 MiB": 1024 * 1024}
 TARGET_MS = {"1 KiB": 5.0, "1 MiB": 50.0}
 UNIT_STATE = 64
+C = TypeVar("C", bound=type)
 FORM_TIMEOUT = 60.0
 
 
@@ -90,9 +92,7 @@ class Counts:
     traffic: int  # part 3: client tasks, each one request at a time
 
 
-FULL = Counts(
-    rounds=40, per_size=5, transfers={"1 KiB": 2000, "1 MiB": 300}, units=1000, traffic=2
-)
+FULL = Counts(rounds=40, per_size=5, transfers={"1 KiB": 2000, "1 MiB": 300}, units=1000, traffic=2)
 QUICK = Counts(rounds=3, per_size=1, transfers={"1 KiB": 50, "1 MiB": 10}, units=40, traffic=1)
 
 # --- the application ---------------------------------------------------------------------------
@@ -101,34 +101,41 @@ app = zl.Application()  # the hosts'
 client_app = zl.Application()  # this process's: the messages, no Spot type
 
 
-def message(name: str) -> Callable[[type], type]:
-    def declare(cls: type) -> type:
-        return client_app.message(name)(app.message(name)(attrs.frozen(cls)))
+def message(name: str) -> Callable[[C], C]:
+    """Declare a message in both applications."""
+
+    def declare(cls: C) -> C:
+        return client_app.message(name)(app.message(name)(cls))
 
     return declare
 
 
 @message("bench.Fill")
+@attrs.frozen
 class Fill:
     size: int
 
 
 @message("bench.Filled")
+@attrs.frozen
 class Filled:
     crc: int
 
 
 @message("bench.Ping")
+@attrs.frozen
 class Ping:
     pass
 
 
 @message("bench.Pong")
+@attrs.frozen
 class Pong:
     count: int
 
 
 @message("bench.Check")
+@attrs.frozen
 class Check:
     pass
 
@@ -177,7 +184,9 @@ class HeldInstance(Holder, zl.InstanceSpot):
 
 
 def config(dsn: str, mesh: str, security: str) -> zl.HostConfig:
-    return zl.HostConfig(mesh=mesh, store_dsn=dsn, request_timeout=30.0, transport_security=security)
+    return zl.HostConfig(
+        mesh=mesh, store_dsn=dsn, request_timeout=30.0, transport_security=security
+    )
 
 
 # --- a host process (child) ----------------------------------------------------------------------
@@ -242,9 +251,11 @@ class HostProcess:
 async def sees(host: zl.Host, rids: Iterable[zl.NodeRid]) -> bool:
     """Whether every one of ``rids`` shows in ``host.peers`` within FORM_TIMEOUT (polled)."""
     wanted = set(rids)
-    with trio.move_on_after(FORM_TIMEOUT):
-        while not wanted.issubset(host.peers):
-            await trio.sleep(0.005)
+    deadline = trio.current_time() + FORM_TIMEOUT
+    while trio.current_time() < deadline:
+        if wanted.issubset(host.peers):
+            return True
+        await trio.sleep(0.005)
     return wanted.issubset(host.peers)
 
 
@@ -321,11 +332,11 @@ class Child:
         )
         return cls(process)
 
-    async def ask(self, *words: object, timeout: float = 120.0) -> dict[str, Any]:
+    async def ask(self, *words: object, within: float = 120.0) -> dict[str, Any]:
         assert self.process.stdin is not None
         assert self.process.stdout is not None
         await self.process.stdin.send_all((" ".join(map(str, words)) + "\n").encode())
-        with trio.move_on_after(timeout):
+        with trio.move_on_after(within):
             while b"\n" not in self._buffer:
                 data = await self.process.stdout.receive_some()
                 if not data:
@@ -336,7 +347,7 @@ class Child:
             if "error" in answer:
                 raise BenchError(f"a host process answered {words!r} with {answer['error']}")
             return answer
-        raise BenchError(f"a host process did not answer {words!r} within {timeout} s")
+        raise BenchError(f"a host process did not answer {words!r} within {within} s")
 
     async def stop(self) -> None:
         if self.process.stdin is not None:
@@ -349,6 +360,14 @@ class Child:
 
 
 # --- part 1: one unit's interruption ------------------------------------------------------------
+
+ERRORS_SEEN: dict[str, str] = {}
+"""The first error of each kind a caller of this process saw, as it said it."""
+
+
+def count_error(errors: dict[str, int], error: zl.ZLinkError) -> None:
+    errors[error.kind.name] = errors.get(error.kind.name, 0) + 1
+    ERRORS_SEEN.setdefault(error.kind.name, str(error))
 
 
 @attrs.define
@@ -367,7 +386,7 @@ class Prober:
             try:
                 pong = await call.submit()
             except zl.ZLinkError as error:
-                self.errors[error.kind.name] = self.errors.get(error.kind.name, 0) + 1
+                count_error(self.errors, error)
                 continue
             self.answers.append(time.perf_counter())
             if last is not None and pong.count != last + 1:
@@ -378,7 +397,7 @@ class Prober:
         """The longest gap between consecutive answers that overlaps ``[start, end]``."""
         gaps = [
             later - earlier
-            for earlier, later in zip(self.answers, self.answers[1:], strict=False)
+            for earlier, later in itertools.pairwise(self.answers)
             if later >= start and earlier <= end
         ]
         return max(gaps, default=end - start)
@@ -386,12 +405,22 @@ class Prober:
 
 @attrs.define
 class Interruption:
-    inside: dict[str, list[float]] = attrs.Factory(dict)  # seal start -> target serves, s
-    commit: dict[str, list[float]] = attrs.Factory(dict)  # seal start -> record names target
+    moves: dict[str, list[MoveTimes]] = attrs.Factory(dict)  # by size
     outside: dict[str, list[float]] = attrs.Factory(dict)  # the longest gap of each round
     probers: list[Prober] = attrs.Factory(list)
     crcs_kept: bool = True
     took: list[float] = attrs.Factory(list)
+
+
+def step_means(moves: list[MoveTimes]) -> dict[str, float]:
+    """The mean milliseconds of each step of the moves (host/moving.py ``MoveTimes``)."""
+    steps = {
+        "seal (the running turn ends)": [m.sealed - m.sealing for m in moves],
+        "capture, RelocateIn + chunks, restore": [m.prepared - m.sealed for m in moves],
+        "commit (one conditional write)": [m.committed - m.prepared for m in moves],
+        "RelocateCommit (the target opens it)": [m.opened - m.committed for m in moves],
+    }
+    return {step: statistics.fmean(v) * 1e3 if v else 0.0 for step, v in steps.items()}
 
 
 def size_of(spot_id: str) -> str:
@@ -426,9 +455,7 @@ async def measure_interruption(
                 raise BenchError(f"a relocation of {2 * counts.per_size} Spots: {answer['result']}")
             figures.took.append(answer["took"])
             for move in (MoveTimes(*fields) for fields in answer["moves"]):
-                size = size_of(move.spot_id)
-                figures.inside.setdefault(size, []).append(move.opened - move.sealing)
-                figures.commit.setdefault(size, []).append(move.committed - move.sealing)
+                figures.moves.setdefault(size_of(move.spot_id), []).append(move)
             for prober in figures.probers:
                 gap = prober.longest_gap(start, end)
                 figures.outside.setdefault(size_of(prober.spot_id), []).append(gap)
@@ -514,7 +541,7 @@ async def measure_host(
     source, target = children
     rid = (await source.ask("open"))["rid"]
     half = counts.units // 2
-    await source.ask("fill", rid, "user", "unit-u", half, UNIT_STATE, timeout=600.0)
+    await source.ask("fill", rid, "user", "unit-u", half, UNIT_STATE, within=600.0)
     await source.ask("fill", rid, "instance", "unit-i", counts.units - half, UNIT_STATE)
     ids = [f"unit-u-{n:04}" for n in range(half)]
     ids += [f"unit-i-{n:04}" for n in range(counts.units - half)]
@@ -534,31 +561,23 @@ async def measure_host(
                 await call.submit()
                 answers.append(time.perf_counter())
             except zl.ZLinkError as error:
-                errors[error.kind.name] = errors.get(error.kind.name, 0) + 1
+                count_error(errors, error)
 
     async with trio.open_nursery() as nursery:
         for seed in range(counts.traffic):
             nursery.start_soon(traffic, seed)
         await trio.sleep(0.5)
         start = time.perf_counter()
-        answer = await source.ask("relocate", rid, 120.0, timeout=300.0)
+        answer = await source.ask("relocate", rid, 120.0, within=300.0)
         end = time.perf_counter()
         await trio.sleep(0.5)
         nursery.cancel_scope.cancel()
     moves = [MoveTimes(*fields) for fields in answer["moves"]]
-    steps = {
-        "seal (the running turn ends)": [m.sealed - m.sealing for m in moves],
-        "capture, RelocateIn + chunk, restore": [m.prepared - m.sealed for m in moves],
-        "commit (one conditional write)": [m.committed - m.prepared for m in moves],
-        "RelocateCommit (the target opens it)": [m.opened - m.committed for m in moves],
-        "the rest (relay, close here, next Spot)": [],
-    }
-    mean = {step: statistics.fmean(values) * 1e3 if values else 0.0 for step, values in steps.items()}
-    in_moves = sum(m.opened - m.sealing for m in moves)
+    mean = step_means(moves)
     mean["the rest (relay, close here, next Spot)"] = (
-        (answer["took"] - in_moves) / max(len(moves), 1) * 1e3
+        (answer["took"] - sum(m.opened - m.sealing for m in moves)) / max(len(moves), 1) * 1e3
     )
-    gaps = [b - a for a, b in zip(answers, answers[1:], strict=False) if b >= start and a <= end]
+    gaps = [b - a for a, b in itertools.pairwise(answers) if b >= start and a <= end]
     await source.ask("close", rid)
     await target.ask("close", new)
     return HostFigures(
@@ -594,9 +613,11 @@ def report(
     )
     print(f"  {'':44} {'n':>5} {'p50':>8} {'p99':>8} {'max':>8}")
     for size in SIZES:
+        moves = parts.moves.get(size, [])
+        inside = [m.opened - m.sealing for m in moves]
         rows = (
-            ("inside: seal start -> target serves it", parts.inside.get(size, [])),
-            ("inside: seal start -> commit done", parts.commit.get(size, [])),
+            ("inside: seal start -> target serves it", inside),
+            ("inside: seal start -> commit done", [m.committed - m.sealing for m in moves]),
             ("outside: longest gap in the round", parts.outside.get(size, [])),
             ("baseline: one plain ZeroMQ transfer", base[size]),
         )
@@ -607,7 +628,7 @@ def report(
                 continue
             p50, p99 = percentile(values, 0.5) * 1e3, percentile(values, 0.99) * 1e3
             print(f"    {name:42} {len(values):5d} {p50:8.2f} {p99:8.2f} {max(values) * 1e3:8.2f}")
-        inside, outside = parts.inside.get(size, []), parts.outside.get(size, [])
+        outside = parts.outside.get(size, [])
         b50, b99 = percentile(base[size], 0.5), percentile(base[size], 0.99)
         if inside and outside:
             i99, o99 = percentile(inside, 0.99) * 1e3, percentile(outside, 0.99) * 1e3
@@ -622,6 +643,8 @@ def report(
                 f" (target <= {target:g} ms): inside {verdict(i99 <= target)},"
                 f" outside {verdict(o99 <= target)}"
             )
+            steps = ", ".join(f"{step} {ms:.2f}" for step, ms in step_means(moves).items())
+            print(f"    mean ms of each step inside: {steps}")
     errors = {kind: n for prober in parts.probers for kind, n in prober.errors.items()}
     count_errors = sum(prober.count_errors for prober in parts.probers)
     answered = sum(len(prober.answers) for prober in parts.probers)
@@ -648,10 +671,12 @@ def report(
         f" longest gap between answers {host.longest_gap * 1e3:.1f} ms"
     )
     print(
-        "  not measured: the Actor half of the target (\"1,000 Spots and 1,000 Actors\"):"
+        '  not measured: the Actor half of the target ("1,000 Spots and 1,000 Actors"):'
         " moving Actors is not built yet; a host holding one ends BLOCKED/STATE_INCOMPATIBLE"
         " before anything is sealed (host/relocation.py, issue 14)"
     )
+    for kind, said in ERRORS_SEEN.items():
+        print(f"  the first {kind} a caller saw: {said}")
 
 
 def steal() -> tuple[int, int]:

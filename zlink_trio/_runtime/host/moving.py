@@ -86,7 +86,7 @@ async def move_spot(
     except ZLinkError as error:
         _log.info("%s cannot be moved now: %s", activation.spot_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
-    times = [sealing, trio.current_time()]
+    sealed_at = prepared = committed = trio.current_time()
     try:
         snapshot = sealed.capture()
         payload = await sealed.capture_payload()
@@ -123,10 +123,10 @@ async def move_spot(
             _log.warning("%s refused %s: %s", target.rid, spot_id, answer.why)
             reason = RelocationReason.STATE_INCOMPATIBLE
         else:
-            times.append(trio.current_time())
+            prepared = trio.current_time()
             node.fence.check()
             handed = await node.authority.hand_over(sealed.claim, target.rid, target.generation)
-            times.append(trio.current_time())
+            committed = trio.current_time()
     except trio.TooSlowError:
         reason = RelocationReason.DEADLINE_EXCEEDED
     except ZLinkError as error:
@@ -144,7 +144,8 @@ async def move_spot(
     opened = await _hand_over(remote, sealed, activation, target, handed.version, snapshot.entries)
     if _log.isEnabledFor(logging.DEBUG):
         size = 0 if payload is None else len(payload)
-        _log.debug("%s", MoveTimes(spot_id.value, size, *times, opened))
+        times = MoveTimes(spot_id.value, size, sealing, sealed_at, prepared, committed, opened)
+        _log.debug("%s", times)
     return None
 
 
