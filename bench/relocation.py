@@ -251,7 +251,8 @@ class HostProcess:
             result = await host.relocate(deadline=float(words[2]))
             took = time.perf_counter() - started
             moves = [attrs.astuple(move) for move in self.moves.moves]
-            return {"result": str(result), "ok": result.relocated, "took": took, "moves": moves}
+            outcome = f"{result.outcome.name}/{result.reason.name}"
+            return {"result": outcome, "ok": result.relocated, "took": took, "moves": moves}
         if verb == "close":
             self.stops[words[1]].set()
             return {}
@@ -541,6 +542,7 @@ class HostFigures:
     answers: int
     errors: dict[str, int]
     longest_gap: float
+    cpu: tuple[float, float]  # CPU seconds of the source's and the target's process during it
 
 
 async def measure_host(
@@ -578,9 +580,12 @@ async def measure_host(
         if profile is not None:
             await source.ask("profile")
             await target.ask("profile")
+        pids = (source.process.pid, target.process.pid)
+        cpu = [cpu_seconds(pid) for pid in pids]
         start = time.perf_counter()
         answer = await source.ask("relocate", rid, 120.0, within=300.0)
         end = time.perf_counter()
+        cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu, strict=True)]
         if profile is not None:
             await source.ask("profile", profile / "source.prof")
             await target.ask("profile", profile / "target.prof")
@@ -603,6 +608,7 @@ async def measure_host(
         sum(1 for a in answers if start <= a <= end),
         errors,
         max(gaps, default=0.0),
+        (cpu[0], cpu[1]),
     )
 
 
@@ -680,6 +686,10 @@ def report(
         f" a unit (target for 1,000: <= 5 s{scaled}):"
         f" {verdict(host.took * 1000 / max(host.units, 1) <= 5.0)}"
     )
+    print(
+        f"  CPU used meanwhile (every thread): the relocating process {host.cpu[0]:.2f} s,"
+        f" the target's {host.cpu[1]:.2f} s"
+    )
     print("  mean time of each step of one move, ms:")
     for step, ms in host.steps.items():
         print(f"    {step:44} {ms:7.2f}")
@@ -694,6 +704,15 @@ def report(
     )
     for kind, said in ERRORS_SEEN.items():
         print(f"  the first {kind} a caller saw: {said}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) a process has used so far; 0 without /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def steal() -> tuple[int, int]:
