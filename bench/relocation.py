@@ -7,7 +7,8 @@ Uses ZLINK_STORE_DSN when set, otherwise a throw-away embedded PostgreSQL in a t
 Three OS processes: two *host processes* (``--host-process``, children) that open, relocate and
 close hosts when this process tells them, and this process, a *client* host whose application
 declares the messages but no Spot type (so it is never a relocation target), sending requests
-through the public API. Each host's config is the default but for ``transport_security``.
+through the public API. Each host's config is the default but for ``transport_security`` and
+``request_timeout`` (30 s).
 
 1. Service interruption of one unit. Spots of ``preserve_state_with`` types whose adapter carries
    1 KiB or 1 MiB of random bytes (plus an 8-byte count). A relocation with PLANNED_MAINTENANCE
