@@ -253,7 +253,10 @@ class HostProcess:
             took = time.perf_counter() - started
             moves = [attrs.astuple(move) for move in self.moves.moves]
             outcome = f"{result.outcome.name}/{result.reason.name}"
-            return {"result": outcome, "ok": result.relocated, "took": took, "moves": moves}
+            # Trio's clock is perf_counter (one clock for every process here) plus an offset.
+            offset = time.perf_counter() - trio.current_time()
+            answer = {"result": outcome, "ok": result.relocated, "took": took, "moves": moves}
+            return {**answer, "offset": offset}
         if verb == "close":
             self.stops[words[1]].set()
             return {}
@@ -422,6 +425,20 @@ class Interruption:
     took: list[float] = attrs.Factory(list)
 
 
+def when_in_move(at: float, spot_id: str, kind: str, moves: list[MoveTimes], offset: float) -> str:
+    """Where a failed call's end fell in its Spot's move (``offset`` turns the source's Trio
+    clock into this process's ``perf_counter``)."""
+    move = next((m for m in moves if m.spot_id == spot_id), None)
+    if move is None:
+        return f"{kind} for {spot_id}, which did not move"
+    after = (at - (move.sealing + offset)) * 1e3
+    committed, opened = (move.committed - move.sealing) * 1e3, (move.opened - move.sealing) * 1e3
+    return (
+        f"{kind} for {spot_id} ended {after:.1f} ms after its seal began"
+        f" (its commit at {committed:.1f} ms, the target open at {opened:.1f} ms)"
+    )
+
+
 def step_means(moves: list[MoveTimes]) -> dict[str, float]:
     """The mean milliseconds of each step of the moves (host/moving.py ``MoveTimes``)."""
     steps = {
@@ -543,6 +560,7 @@ class HostFigures:
     answers: int
     errors: dict[str, int]
     longest_gap: float
+    failures: list[str]  # each failed call, placed in its Spot's move
     cpu: tuple[float, float]  # CPU seconds of the source's and the target's process during it
 
 
@@ -563,16 +581,19 @@ async def measure_host(
         raise BenchError(f"the client did not see the target host {new}")
     answers: list[float] = []
     errors: dict[str, int] = {}
+    failed: list[tuple[float, str, str]] = []  # when a call failed, to which Spot, the kind
 
     async def traffic(seed: int) -> None:
         pick = random.Random(seed)
         while True:
-            call = client.route.request_to_spot(pick.choice(ids), Ping(), reply_type=Pong)
+            spot_id = pick.choice(ids)
+            call = client.route.request_to_spot(spot_id, Ping(), reply_type=Pong)
             try:
                 await call.submit()
                 answers.append(time.perf_counter())
             except zl.ZLinkError as error:
                 count_error(errors, error)
+                failed.append((time.perf_counter(), spot_id, error.kind.name))
 
     async with trio.open_nursery() as nursery:
         for seed in range(counts.traffic):
@@ -593,6 +614,9 @@ async def measure_host(
         await trio.sleep(0.5)
         nursery.cancel_scope.cancel()
     moves = [MoveTimes(*fields) for fields in answer["moves"]]
+    failures = [
+        when_in_move(at, spot_id, kind, moves, answer["offset"]) for at, spot_id, kind in failed
+    ]
     mean = step_means(moves)
     mean["the rest (relay, close here, next Spot)"] = (
         (answer["took"] - sum(m.opened - m.sealing for m in moves)) / max(len(moves), 1) * 1e3
@@ -609,6 +633,7 @@ async def measure_host(
         sum(1 for a in answers if start <= a <= end),
         errors,
         max(gaps, default=0.0),
+        failures,
         (cpu[0], cpu[1]),
     )
 
@@ -703,6 +728,8 @@ def report(
         " moving Actors is not built yet; a host holding one ends BLOCKED/STATE_INCOMPATIBLE"
         " before anything is sealed (host/relocation.py, issue 14)"
     )
+    for failure in host.failures[:10]:
+        print(f"  {failure}")
     for kind, said in ERRORS_SEEN.items():
         print(f"  the first {kind} a caller saw: {said}")
 
