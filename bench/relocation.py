@@ -362,6 +362,11 @@ class Child:
             return answer
         raise BenchError(f"a host process did not answer {words!r} within {within} s")
 
+    async def see(self, rid: str, other: str) -> None:
+        """Wait until host ``rid`` of this process lists ``other`` in its peers."""
+        if not (await self.ask("see", rid, other))["seen"]:
+            raise BenchError(f"host {rid} did not see {other} within {FORM_TIMEOUT} s")
+
     async def stop(self) -> None:
         if self.process.stdin is not None:
             await self.process.stdin.aclose()  # the child shuts its hosts down on EOF
@@ -471,8 +476,8 @@ async def measure_interruption(
         for _ in range(counts.rounds):
             there = 1 - here
             new = (await children[there].ask("open"))["rid"]
-            await children[there].ask("see", new, rid)
-            await children[here].ask("see", rid, new)
+            await children[there].see(new, rid)
+            await children[here].see(rid, new)
             if not await sees(client, [zl.NodeRid(new)]):
                 raise BenchError(f"the client did not see the new host {new}")
             start = time.perf_counter()
@@ -575,8 +580,8 @@ async def measure_host(
     ids = [f"unit-u-{n:04}" for n in range(half)]
     ids += [f"unit-i-{n:04}" for n in range(counts.units - half)]
     new = (await target.ask("open"))["rid"]
-    await target.ask("see", new, rid)
-    await source.ask("see", rid, new)
+    await target.see(new, rid)
+    await source.see(rid, new)
     if not await sees(client, [zl.NodeRid(new)]):
         raise BenchError(f"the client did not see the target host {new}")
     answers: list[float] = []
