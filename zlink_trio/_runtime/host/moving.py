@@ -62,9 +62,29 @@ from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, SpotId, SpotKind, StableTypeName
 from zlink_trio.options import RelocationReason
 
-__all__ = ["move_actor", "move_spot"]
+__all__ = ["MoveTimes", "move_actor", "move_spot"]
 
 _log = logging.getLogger("zlink_trio.runtime.relocation")
+
+
+@attrs.frozen
+class MoveTimes:
+    """When one completed move passed each step, on Trio's clock of the source (seconds)."""
+
+    spot_id: str
+    """The id of the moved unit (a Spot's, or an Actor's)."""
+    payload_bytes: int
+    """The adapter payloads of the unit and its members, together."""
+    sealing: float
+    """The seal began: from here on what reaches the unit is held."""
+    sealed: float
+    """The running turns had ended."""
+    prepared: float
+    """The target had restored the units (its last answer before the commit)."""
+    committed: float
+    """The records named the target."""
+    opened: float
+    """The target had been told to serve the units after the relay of what waited here."""
 
 
 class _Sealed(Protocol):
@@ -104,6 +124,7 @@ async def move_spot(
     (Trio's clock); ``None`` once the target owns it, else why it stayed here (Rules 1-4)."""
     with trio.move_on_at(deadline):
         await activation.settled.wait()  # a Spot still activating is moved once it is Ready
+    sealing = trio.current_time()
     try:
         if activation.members:
             sealed, members = await seal_with_members(activation)
@@ -128,19 +149,20 @@ async def move_spot(
         )
     ]
     units.extend(_actor_unit(member, activation.spot_id.value) for member in members)
-    return await _move(remote, moved, units, target, deadline)
+    return await _move(remote, moved, units, target, deadline, sealing)
 
 
 async def move_actor(
     remote: Remote, moved: Moved, actor: ActorActivation, target: NodeRecord, deadline: float
 ) -> RelocationReason | None:
     """``move_spot`` for an Actor of the Entry Spot (Rules 1-3)."""
+    sealing = trio.current_time()
     try:
         sealed = await seal_actor(actor)
     except ZLinkError as error:
         _log.info("Actor %s cannot be moved now: %s", actor.actor_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
-    return await _move(remote, moved, [_actor_unit(sealed, None)], target, deadline)
+    return await _move(remote, moved, [_actor_unit(sealed, None)], target, deadline, sealing)
 
 
 def _actor_unit(sealed: SealedActor, spot: str | None) -> _Unit:
@@ -160,9 +182,15 @@ def _actor_unit(sealed: SealedActor, spot: str | None) -> _Unit:
 
 
 async def _move(
-    remote: Remote, moved: Moved, units: list[_Unit], target: NodeRecord, deadline: float
+    remote: Remote,
+    moved: Moved,
+    units: list[_Unit],
+    target: NodeRecord,
+    deadline: float,
+    sealing: float,
 ) -> RelocationReason | None:
     """Rules 1-2 for a unit and the Actors that move with it (``units[1:]``, Rule 4)."""
+    sealed_at = prepared = trio.current_time()
     primary = units[0]
     node, unit_id = primary.node, primary.target
     try:
@@ -201,6 +229,7 @@ async def _move(
             _log.warning("%s refused %s: %s", target.rid, unit_id, answer.why)
             reason = RelocationReason.STATE_INCOMPATIBLE
         else:
+            prepared = trio.current_time()
             node.fence.check()
             claims = [unit.sealed.claim for unit in units]
             handed = await node.authority.hand_over(claims, target.rid, target.generation)
@@ -223,7 +252,12 @@ async def _move(
         (unit.target.value, claim.version)
         for unit, claim in zip(units[1:], handed[1:], strict=True)
     )
-    await _hand_over(remote, units, target, RelocateCommit(handed[0].version, members))
+    committed = trio.current_time()
+    opened = await _hand_over(remote, units, target, RelocateCommit(handed[0].version, members))
+    if _log.isEnabledFor(logging.DEBUG):
+        size = sum(0 if payload is None else len(payload) for payload in payloads)
+        times = MoveTimes(unit_id.value, size, sealing, sealed_at, prepared, committed, opened)
+        _log.debug("%s", times)
     return None
 
 
@@ -235,8 +269,10 @@ def _abort(units: list[_Unit]) -> None:
 
 async def _hand_over(
     remote: Remote, units: list[_Unit], target: NodeRecord, commit: RelocateCommit
-) -> None:
-    """Rule 3: commit on the target, relay what stayed here, open there, close here."""
+) -> float:
+    """Rule 3: commit on the target, relay what stayed here, open there, close here; returns
+    when the target was told to open (Trio's clock)."""
+    opened: list[float] = []
     primary = units[0]
     node = primary.node
     await _tell(remote, primary, target, commit)
@@ -268,6 +304,7 @@ async def _hand_over(
                 break
             await _relay(remote, unit, target, [envelope], replies)
         await _tell(remote, primary, target, RelocateOpen())
+        opened.append(trio.current_time())
         for unit in reversed(units):  # the members leave before their Spot closes
             unit.sealed.close()
         async with receive:
@@ -279,6 +316,7 @@ async def _hand_over(
         for unit in units:
             await unit.closed.wait()
         send.close()
+    return opened[0] if opened else trio.current_time()
 
 
 async def _relay(
