@@ -295,13 +295,11 @@ class RestoredActor:
         actor = self.actor
         return MessageContext(actor.spot.spot_id, metadata, actor.actor_id, deadline)
 
-    def admit(self, claim: Claim, spot: Activation | None = None) -> None:
-        """Ready under ``claim`` (the record that names this host), in the catalog, a member of
-        ``spot`` (the User Spot it moved with) or this host's Entry Spot, sealed: what is
-        offered waits behind what it takes (Rule 5)."""
+    def admit(self, spot: Activation | None = None) -> None:
+        """Ready in the catalog before the commit, a member of ``spot`` (the User Spot it moved
+        with) or this host's Entry Spot, sealed: what is offered waits behind what it takes
+        (Rule 5). The store record stays out of its hands until ``commit``."""
         actor = self.actor
-        actor._claim = claim
-        actor.keeps_record = False
         actor.hold = Hold()
         actor.state = ActorState.READY
         member_of = actor.catalog.spots.entry if spot is None else spot
@@ -309,6 +307,11 @@ class RestoredActor:
         member_of.members.add(actor)
         actor.catalog.actors[actor.actor_id] = actor
         actor.node.activation_nursery.start_soon(actor.run)
+
+    def commit(self, claim: Claim) -> None:
+        """The record names this host: ``claim`` is this incarnation's from now on."""
+        self.actor._claim = claim
+        self.actor.keeps_record = False
 
     def take(self, envelope: Envelope) -> None:
         """Queue a relayed message behind the snapshot's and earlier ones."""
@@ -328,12 +331,31 @@ class RestoredActor:
         if actor.hold is not None and actor.hold.forward is None and not actor.hold.broken:
             actor.reopen()
 
-    def discard(self) -> None:
-        """Give it up before the commit: it ends without a turn and leaves the store alone."""
+    def discard(self, give_back: Callable[[list[Envelope]], None] | None = None) -> None:
+        """Give it up before the commit: it ends without a turn and leaves the store alone; what
+        was offered to it since ``admit`` goes to ``give_back`` in order (each holding its job
+        permit), and what it carried from the source is dropped (the source has it)."""
         actor = self.actor
-        if actor.state is not ActorState.CREATING:
+        if actor.state is ActorState.CREATING:  # never admitted
+            actor.state = ActorState.CLOSED
+            actor.catalog.live.discard(actor)
+            actor.instance = None
+            actor.closed.set()
             return
-        actor.state = ActorState.CLOSED
-        actor.catalog.live.discard(actor)
-        actor.instance = None
-        actor.closed.set()
+        hold = actor.hold
+        if self._opened or actor.state is not ActorState.READY or hold is None:
+            return
+        actor.keeps_record = True
+        offered, hold.held = list(hold.held), []
+        actor.front.clear()
+        actor.leave_membership()
+        if actor.catalog.actors.get(actor.actor_id) is actor:
+            del actor.catalog.actors[actor.actor_id]
+        if give_back is not None:
+            give_back(offered)
+        else:
+            for envelope in offered:
+                actor.node.jobs.release()
+                gone = ZLinkError(ErrorKind.UNAVAILABLE, f"the move of {actor.actor_id} ended")
+                fail_one(actor.node.dispatcher, envelope, gone)
+        actor.begin_close(actor.node.clock.now(), drain=False)

@@ -15,6 +15,7 @@ from zlink_trio.ids import StableTypeName
 __all__ = [
     "CLOSE_SPOT",
     "RELOCATE",
+    "RELOCATE_CHUNK",
     "RELOCATE_OPEN",
     "RESERVED_PREFIX",
     "SYSTEM_MESSAGES",
@@ -102,6 +103,7 @@ class RelocateAnswer:
 
 CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
 RELOCATE_OPEN = StableTypeName("zlink.RelocateOpen")
+RELOCATE_CHUNK = StableTypeName("zlink.RelocateChunk")
 RELOCATE = frozenset(
     {
         "zlink.RelocateIn",

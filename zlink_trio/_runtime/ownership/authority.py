@@ -161,6 +161,13 @@ class SpotAuthority:
         found = await self._store.read(self._record_key(spot_id))
         return SpotRecord.decode(found.value) if isinstance(found, Found) else None
 
+    async def read_claim(self, spot_id: SpotId | ActorId) -> Claim | None:
+        """The authority record of ``spot_id`` with its version, or ``None``."""
+        found = await self._store.read(self._record_key(spot_id))
+        if not isinstance(found, Found):
+            return None
+        return Claim(spot_id, SpotRecord.decode(found.value), found.version)
+
     async def claim(
         self, spot_id: SpotId | ActorId, kind: SpotKind, type_name: StableTypeName
     ) -> Claim | Held:

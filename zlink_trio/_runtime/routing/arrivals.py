@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import attrs
 import cbor2
@@ -48,7 +49,10 @@ from zlink_trio._runtime.declarations.system import (
     RelocateIn,
     RelocateOpen,
 )
+from zlink_trio._runtime.node.envelope import Envelope, fail_one
 from zlink_trio._runtime.ownership.authority import READY, Claim, SpotRecord
+from zlink_trio._runtime.routing.forward import relay
+from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.sealing import RestoredSpot, SpotSnapshot, prepare_restore
@@ -74,7 +78,11 @@ class _Arriving:
     assembly: PayloadAssembly | None
     restored: Restored | None = None
     committed: bool = False
+    committing: trio.Event = attrs.field(factory=trio.Event)
+    """Set at the commit, or when the unit is dropped: the settling task looks again."""
     opened: trio.Event = attrs.field(factory=trio.Event)
+    spot: SpotId | None = None
+    """For an Actor moving with its User Spot: that Spot."""
     members: list[ActorId] = attrs.field(factory=list)
     """The Actors moving with this User Spot, in the order announced (Rule 5)."""
 
@@ -83,10 +91,14 @@ class Arrivals:
     """The units moving to this host, by id (Rules 1-4)."""
 
     def __init__(
-        self, spots: SpotCatalog[Activation], actors: ActorCatalog[ActorActivation]
+        self,
+        spots: SpotCatalog[Activation],
+        actors: ActorCatalog[ActorActivation],
+        remote: Remote | None = None,
     ) -> None:
         self._spots = spots
         self._actors = actors
+        self._remote = remote
         self._node = spots.node
         self._arriving: dict[SpotId | ActorId, _Arriving] = {}
 
@@ -111,12 +123,8 @@ class Arrivals:
         if arriving.committed and not isinstance(message, RelocateOpen):
             return RelocateAnswer(False, f"{target} was committed here already")
         if isinstance(message, RelocateChunk):
-            if arriving.assembly is None:
-                raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"{target} takes no payload")
-            arriving.assembly.add(message.index, message.count, message.data)
-            if arriving.assembly.complete:
-                return await self._restore(target, arriving, arriving.assembly.payload)
-            return RelocateAnswer(True)
+            taken = self.take_chunk(source, target, message)
+            return await self.restore_assembled(target) if taken is None else taken
         if isinstance(message, RelocateCommit):
             return self._commit(target, arriving, message.version, message.members)
         if isinstance(message, RelocateOpen):
@@ -125,6 +133,28 @@ class Arrivals:
             self.drop(target)
             return RelocateAnswer(True)
         raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"not a move's request: {message!r}")
+
+    def take_chunk(
+        self, source: NodeRid, target: SpotId | ActorId, message: RelocateChunk
+    ) -> RelocateAnswer | None:
+        """Add one payload chunk, from the reader itself so the chunks stay in their order
+        (Rule 1); ``None`` when it was the last: ``restore_assembled`` answers then."""
+        arriving = self._arriving.get(target)
+        if arriving is None or arriving.source != source:
+            return RelocateAnswer(False, f"no move of {target} from {source} is under way here")
+        if arriving.committed:
+            return RelocateAnswer(False, f"{target} was committed here already")
+        if arriving.assembly is None:
+            raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"{target} takes no payload")
+        arriving.assembly.add(message.index, message.count, message.data)
+        return None if arriving.assembly.complete else RelocateAnswer(True)
+
+    async def restore_assembled(self, target: SpotId | ActorId) -> RelocateAnswer:
+        """Restore the unit whose payload ``take_chunk`` completed."""
+        arriving = self._arriving.get(target)
+        if arriving is None or arriving.assembly is None or not arriving.assembly.complete:
+            return RelocateAnswer(False, f"no payload of {target} is complete here")
+        return await self._restore(target, arriving, arriving.assembly.payload)
 
     async def _begin_spot(
         self, source: NodeRid, target: SpotId, message: RelocateIn
@@ -168,11 +198,16 @@ class Arrivals:
                 why = f"no move of {message.spot} from {source} takes members here"
                 return RelocateAnswer(False, why)
             spot.members.append(target)
+            member_of: SpotId | None = SpotId(message.spot)
+        else:
+            member_of = None
 
         async def restore(claim: Claim, payload: bytes | None) -> Restored:
             return await prepare_actor_restore(self._actors, actor_type, snapshot, claim, payload)
 
-        return await self._begin(source, target, message, SpotKind.INVALID, actor_type, restore)
+        return await self._begin(
+            source, target, message, SpotKind.INVALID, actor_type, restore, member_of
+        )
 
     async def _begin(
         self,
@@ -182,6 +217,7 @@ class Arrivals:
         kind: SpotKind,
         declared: SpotType | ActorType,
         restore: Restore,
+        spot: SpotId | None = None,
     ) -> RelocateAnswer:
         adapter = declared.relocation.adapter
         if (adapter is None) != (message.chunks == 0):
@@ -200,7 +236,8 @@ class Arrivals:
         # Chunks are cut by the source's limit; here each is bounded as any message is.
         limit = self._node.config.max_message_bytes
         assembly = None if adapter is None else PayloadAssembly(limit)
-        arriving = self._arriving[target] = _Arriving(source, record, restore, assembly)
+        arriving = _Arriving(source, record, restore, assembly, spot=spot)
+        self._arriving[target] = arriving
         if assembly is None:
             return await self._restore(target, arriving, None)
         return RelocateAnswer(True)
@@ -209,10 +246,24 @@ class Arrivals:
         self, target: SpotId | ActorId, arriving: _Arriving, payload: bytes | None
     ) -> RelocateAnswer:
         try:
-            arriving.restored = await arriving.restore(Claim(target, arriving.record, 0), payload)
+            restored = await arriving.restore(Claim(target, arriving.record, 0), payload)
         except (ZLinkError, AdapterFailure) as error:
             self._arriving.pop(target, None)
             return RelocateAnswer(False, f"restoring {target} failed: {error}")
+        if self._arriving.get(target) is not arriving:  # dropped meanwhile
+            restored.discard()
+            return RelocateAnswer(False, f"the move of {target} ended during its restore")
+        arriving.restored = restored
+        # Admitted at once, sealed: whoever learns of the commit before this host hears of it
+        # finds the unit here and waits in it, never a missing id (Rule 2).
+        if isinstance(restored, RestoredActor):
+            spot = self._arriving.get(arriving.spot) if arriving.spot is not None else None
+            host = spot.restored if spot is not None else None
+            restored.admit(host.activation if isinstance(host, RestoredSpot) else None)
+        else:
+            restored.admit()
+        if arriving.spot is None:
+            self._node.activation_nursery.start_soon(self._settle, target, arriving)
         return RelocateAnswer(True)
 
     def _commit(
@@ -230,13 +281,11 @@ class Arrivals:
         if missing or len(versions) != len(arriving.members):
             # The records name this host whatever is answered: keep what came, say what did not.
             _log.error("%s committed here without its members %s", target, missing)
-        self._admit(target, arriving, version, None)
-        assert isinstance(restored, RestoredSpot) or not arriving.members
+        self._take_claim(target, arriving, version)
         for member in arriving.members:
             if member.value in versions and self._ready(member):
-                spot = restored.activation if isinstance(restored, RestoredSpot) else None
-                self._admit(member, self._arriving[member], versions[member.value], spot)
-        self._node.activation_nursery.start_soon(self._open_later, target, arriving)
+                self._take_claim(member, self._arriving[member], versions[member.value])
+        arriving.committing.set()
         _log.info("%s moved here from %s", target, arriving.source)
         return RelocateAnswer(True)
 
@@ -244,24 +293,53 @@ class Arrivals:
         arriving = self._arriving.get(member)
         return arriving is not None and arriving.restored is not None
 
-    def _admit(
-        self,
-        target: SpotId | ActorId,
-        arriving: _Arriving,
-        version: int,
-        spot: Activation | None,
-    ) -> None:
+    def _take_claim(self, target: SpotId | ActorId, arriving: _Arriving, version: int) -> None:
         arriving.committed = True
         record = attrs.evolve(
             arriving.record, owner=self._node.node_rid, owner_generation=self._node.node_generation
         )
-        claim = Claim(target, record, version)
-        restored = arriving.restored
-        if isinstance(restored, RestoredActor):
-            restored.admit(claim, spot)
-        else:
-            assert restored is not None  # _commit and _ready checked
-            restored.admit(claim)
+        assert arriving.restored is not None  # _commit and _ready checked
+        arriving.restored.commit(Claim(target, record, version))
+
+    async def _settle(self, target: SpotId | ActorId, arriving: _Arriving) -> None:
+        """Rule 6: what the source does not say, the store does."""
+        wait = self._node.config.request_timeout
+        while not arriving.committed and self._arriving.get(target) is arriving:
+            with trio.move_on_after(wait):
+                await arriving.committing.wait()
+            if arriving.committed or self._arriving.get(target) is not arriving:
+                break
+            try:
+                await self._settle_by_store(target, arriving)
+            except ZLinkError as error:
+                _log.info("the store cannot say yet whether %s moved here: %s", target, error)
+        if not arriving.committed:
+            return
+        with trio.move_on_after(wait):
+            await arriving.opened.wait()
+            return
+        if self._arriving.get(target) is arriving:
+            _log.warning("%s opens without its source %s's word", target, arriving.source)
+            self._open(target, arriving)
+
+    async def _settle_by_store(self, target: SpotId | ActorId, arriving: _Arriving) -> None:
+        authority = self._node.authority
+        claim = await authority.read_claim(target)
+        if claim is not None and claim.record.owner == self._node.node_rid:
+            members = []
+            for member in arriving.members:
+                found = await authority.read_claim(member)
+                if found is not None and found.record.owner == self._node.node_rid:
+                    members.append((member.value, found.version))
+            _log.warning(
+                "%s was committed here without its source %s's word", target, arriving.source
+            )
+            self._commit(target, arriving, claim.version, tuple(members))
+        elif claim is None or await authority.is_stale(claim.record):
+            # The source's run is gone: it can no longer commit (its write is conditional on a
+            # record a peer reclaims), so the unit will not be this host's.
+            _log.warning("%s will not move here: its source %s is gone", target, arriving.source)
+            self.drop(target)
 
     def relayed(self, source: NodeRid, target: SpotId | ActorId) -> Restored | None:
         """The committed unit that takes what ``source`` sends to ``target`` in front of its
@@ -289,25 +367,33 @@ class Arrivals:
             if joined is not None and joined.restored is not None and joined.committed:
                 joined.restored.open()
 
-    async def _open_later(self, target: SpotId | ActorId, arriving: _Arriving) -> None:
-        """Rule 3's last sentence: the source went quiet after its commit."""
-        with trio.move_on_after(self._node.config.request_timeout):
-            await arriving.opened.wait()
-            return
-        if self._arriving.get(target) is arriving:
-            _log.warning("%s opens without its source %s's word", target, arriving.source)
-            self._open(target, arriving)
-
     def drop(self, target: SpotId | ActorId) -> None:
         """Rule 4: forget a prepared unit that will not open here."""
         arriving = self._arriving.get(target)
         if arriving is None or arriving.committed:
             return  # committed: the unit is this host's now
         del self._arriving[target]
-        if arriving.restored is not None:
-            arriving.restored.discard()
+        arriving.committing.set()
         for member in arriving.members:  # a User Spot's members are dropped with it (Rule 5)
             self.drop(member)
+        restored = arriving.restored
+        if isinstance(restored, RestoredSpot):
+            restored.discard(arriving.source)  # what waited in it goes back to the owner
+        elif restored is not None:
+            restored.discard(partial(self._give_back, target, arriving.source))
+
+    def _give_back(
+        self, target: SpotId | ActorId, source: NodeRid, envelopes: list[Envelope]
+    ) -> None:
+        if envelopes and self._remote is not None:
+            self._node.activation_nursery.start_soon(
+                partial(relay, self._remote, self._node, target, None, source, envelopes)
+            )
+        else:
+            for envelope in envelopes:
+                self._node.jobs.release()
+                gone = ZLinkError(ErrorKind.UNAVAILABLE, f"the move of {target} ended")
+                fail_one(self._node.dispatcher, envelope, gone)
 
 
 def _timers(message: RelocateIn) -> list[object]:

@@ -29,8 +29,9 @@ Rule 6: a reply is encoded within this host's message limit and its caller's (li
 2); one over either answers the request with the ``PROTOCOL_ERROR`` naming the limit instead
 (MSG-2, MSG-6), one that cannot be encoded with ``INTERNAL_FAILURE`` (MSG-5).
 Rule 7: the requests of a Spot moving here (``zlink.Relocate*``) are the framework's: each is
-answered by ``arrivals.py`` in a task of its own, except ``zlink.RelocateOpen``, answered by the
-reader itself; and what the source relays to a Spot committed here but not open yet goes, from
+answered by ``arrivals.py`` in a task of its own, except ``zlink.RelocateOpen`` and
+``zlink.RelocateChunk`` (but for the last chunk's restore), answered by the reader itself, in
+order; and what the source relays to a Spot committed here but not open yet goes, from
 the reader too, in front of that Spot's mailbox (arrivals.py Rule 3), so nothing overtakes it.
 """
 
@@ -46,8 +47,10 @@ from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.system import (
     CLOSE_SPOT,
     RELOCATE,
+    RELOCATE_CHUNK,
     RELOCATE_OPEN,
     CloseSpot,
+    RelocateChunk,
     SpotClosed,
 )
 from zlink_trio._runtime.declarations.values import MessageContext
@@ -76,6 +79,7 @@ _log = logging.getLogger("zlink_trio.runtime.remote")
 # Compared as plain strings: every message from a peer passes these checks (the wire's hot path).
 _CLOSE_SPOT = CLOSE_SPOT.value
 _RELOCATE_OPEN = RELOCATE_OPEN.value
+_RELOCATE_CHUNK = RELOCATE_CHUNK.value
 _CREDIT = frozenset({PAUSE.value, RESUME.value})
 
 
@@ -89,7 +93,7 @@ class Inbound:
         self._nursery: trio.Nursery | None = None
         self.backlogs = Backlogs(messaging, signal=self._signal)
         """The per-target backlogs of sends from peers (backlog.py)."""
-        self.arrivals = Arrivals(messaging.spots, messaging.actors)
+        self.arrivals = Arrivals(messaging.spots, messaging.actors, remote)
         """The Spots moving to this host (arrivals.py)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -133,7 +137,10 @@ class Inbound:
             nursery.start_soon(self._inbound_close, origin, message)
             return
         if message.message_type.value in RELOCATE:
-            nursery.start_soon(self._inbound_move, origin, message)
+            if message.message_type.value == _RELOCATE_CHUNK:
+                self._inbound_chunk(origin, message, nursery)
+            else:
+                nursery.start_soon(self._inbound_move, origin, message)
             return
         target = message.target
         if self._messaging.moved.followed(target, self._remote):
@@ -291,6 +298,31 @@ class Inbound:
             self._answer(origin, message, _for_caller(error))
             return
         self._answer(origin, message, SpotClosed(closed))
+
+    def _inbound_chunk(self, origin: PeerRun, message: Request, nursery: trio.Nursery) -> None:
+        """A payload chunk of a move, taken by the reader in order (Rule 7)."""
+        target = message.target
+        try:
+            decoded = self._node.registry.messages.decode(message.message_type, message.payload)
+            if not isinstance(decoded, RelocateChunk):
+                raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "not a zlink.RelocateChunk")
+            answer = self.arrivals.take_chunk(origin.node_rid, target, decoded)
+        except ZLinkError as error:
+            self._answer(origin, message, _for_caller(error))
+            return
+        if answer is not None:
+            self._answer(origin, message, answer)
+            return
+
+        async def restore() -> None:
+            try:
+                restored = await self.arrivals.restore_assembled(target)
+            except ZLinkError as error:
+                self._answer(origin, message, _for_caller(error))
+                return
+            self._answer(origin, message, restored)
+
+        nursery.start_soon(restore)
 
     async def _inbound_move(self, origin: PeerRun, message: Request) -> None:
         """One of the requests of a Spot moving here (Rule 7; arrivals.py)."""

@@ -56,7 +56,14 @@ from zlink_trio._runtime.spots.activation import Activation, ActivationState
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.ingress import Hold
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import ObjectGeneration, SpotCloseReason, SpotId, SpotKind, StableTypeName
+from zlink_trio.ids import (
+    NodeRid,
+    ObjectGeneration,
+    SpotCloseReason,
+    SpotId,
+    SpotKind,
+    StableTypeName,
+)
 from zlink_trio.options import SpotFactoryMode
 
 __all__ = ["RestoredSpot", "SealedSpot", "SpotSnapshot", "prepare_restore", "seal"]
@@ -308,12 +315,17 @@ class RestoredSpot:
             return
         activation.push_front([(envelope, False)])
 
-    def discard(self) -> None:
-        """Give it up before it opened: it ends without a turn and leaves the store alone."""
+    def discard(self, give_back: NodeRid | None = None) -> None:
+        """Give it up before it opened: it ends without a turn and leaves the store alone; what
+        was offered to it since ``admit`` goes to ``give_back`` (the source, which still owns
+        it), in order, and what it carried from the source is dropped (the source has it)."""
         if self._opened.is_set():
             return
         self._discarded = True
-        self.activation.keeps_record = True
+        activation = self.activation
+        activation.keeps_record = True
+        activation.front.clear()
+        activation.forward_to = give_back
         self._opened.set()
 
     @property
@@ -325,14 +337,16 @@ class RestoredSpot:
         """The context of a message relayed to it."""
         return MessageContext(self.activation.spot_id, metadata, None, deadline)
 
-    def admit(self, claim: Claim | None = None) -> None:
-        """Make it the Spot's incarnation on this host (under ``claim``, the record that names
-        this host, when given): what is offered to it from now on waits in its mailbox, behind
-        what it takes, until ``open`` (Rule 5)."""
+    def admit(self) -> None:
+        """Make it the Spot's incarnation on this host, before the commit: what is offered to it
+        from now on waits in its mailbox, behind what it takes, until ``open`` (Rule 5)."""
         activation = self.activation
-        if claim is not None:
-            activation.claim = claim
         activation.catalog.activations[activation.spot_id] = activation
+
+    def commit(self, claim: Claim) -> None:
+        """The record names this host: ``claim`` is this incarnation's from now on."""
+        activation = self.activation
+        activation.claim = claim
         activation.keeps_record = False
 
     def open(self) -> None:
