@@ -15,6 +15,7 @@ from zlink_trio.ids import StableTypeName
 __all__ = [
     "CLOSE_SPOT",
     "RELOCATE",
+    "RELOCATE_OPEN",
     "RESERVED_PREFIX",
     "SYSTEM_MESSAGES",
     "CloseSpot",
@@ -23,6 +24,7 @@ __all__ = [
     "RelocateChunk",
     "RelocateCommit",
     "RelocateIn",
+    "RelocateOpen",
     "SpotClosed",
 ]
 
@@ -69,9 +71,15 @@ class RelocateChunk:
 
 @attrs.frozen
 class RelocateCommit:
-    """The authority record now names the target at ``version``: open the unit."""
+    """The authority record now names the target at ``version``: take the unit's messages
+    (what the source relays first, then the rest), and serve it at ``RelocateOpen``."""
 
     version: int
+
+
+@attrs.frozen
+class RelocateOpen:
+    """Everything the source relays first has been sent before this: serve the unit."""
 
 
 @attrs.frozen
@@ -88,11 +96,13 @@ class RelocateAnswer:
 
 
 CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
+RELOCATE_OPEN = StableTypeName("zlink.RelocateOpen")
 RELOCATE = frozenset(
     {
         "zlink.RelocateIn",
         "zlink.RelocateChunk",
         "zlink.RelocateCommit",
+        "zlink.RelocateOpen",
         "zlink.RelocateAbort",
     }
 )
@@ -104,6 +114,7 @@ SYSTEM_MESSAGES: tuple[tuple[StableTypeName, type], ...] = (
     (StableTypeName("zlink.RelocateIn"), RelocateIn),
     (StableTypeName("zlink.RelocateChunk"), RelocateChunk),
     (StableTypeName("zlink.RelocateCommit"), RelocateCommit),
+    (StableTypeName("zlink.RelocateOpen"), RelocateOpen),
     (StableTypeName("zlink.RelocateAbort"), RelocateAbort),
     (StableTypeName("zlink.RelocateAnswer"), RelocateAnswer),
 )

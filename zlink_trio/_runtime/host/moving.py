@@ -10,10 +10,13 @@ this host holds is rewritten, on its version, to name the target run with the sa
 generation (RELOC-23). Anything that fails before it (the target refuses or is unreachable, the
 deadline passes, the record moved, this run's lease is not good) aborts: the target drops what it
 prepared and the Spot serves here again as if never sealed (RELOC-36, SHUT-3.9).
-Rule 3: after the commit the target owns the unit. It is told to open it; then everything the
-seal kept here, queued first and held after, and whatever still reaches the sealed Spot, is
-relayed to it in order as the same sends and requests (routing/forward.py): a request's reply
-comes back here and completes its caller's call, so callers see one call with one outcome. The
+Rule 3: after the commit the target owns the unit. It is told so (``RelocateCommit``: it admits
+what others send, unrun); then everything the seal kept here, queued first and held after, is
+relayed to it in order as the same sends and requests (routing/forward.py), and
+``RelocateOpen`` follows on the same connection, so the target serves the relayed messages
+before anything a sender sent it directly (per-sender order, RELOC-60). A request's reply comes
+back here and completes its caller's call, so callers see one call with one outcome; whatever
+still reaches the sealed Spot is relayed after. The
 Spot closes here with ``RELOCATION_OUT`` and leaves the record alone, and what reaches this
 host for it later is relayed for the follow window (routing/follow.py, RELOC-49).
 """
@@ -32,8 +35,9 @@ from zlink_trio._runtime.declarations.system import (
     RelocateChunk,
     RelocateCommit,
     RelocateIn,
+    RelocateOpen,
 )
-from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.node.envelope import Envelope, fail_one
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.routing.follow import Moved
 from zlink_trio._runtime.routing.forward import forward
@@ -42,7 +46,7 @@ from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.sealing import SealedSpot, seal
 from zlink_trio._runtime.spots.transfer import payload_chunks, timer_state_to_wire
-from zlink_trio.errors import ZLinkError
+from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.options import RelocationReason
 
 __all__ = ["move_spot"]
@@ -127,38 +131,61 @@ async def _hand_over(
     version: int,
     captured: tuple[Envelope, ...],
 ) -> None:
-    """Rule 3: open the unit on the target, relay what stayed here, close here."""
+    """Rule 3: commit on the target, relay what stayed here, open there, close here."""
+    await _tell(remote, activation, target, RelocateCommit(version))
+    send, receive = trio.open_memory_channel[Envelope](math.inf)
+    node = activation.node
+
+    def to_relay(envelope: Envelope) -> None:
+        try:
+            send.send_nowait(envelope)
+        except trio.ClosedResourceError:  # reached the Spot after it closed here
+            gone = f"{activation.spot_id} moved to {target.rid}"
+            fail_one(node.dispatcher, envelope, ZLinkError(ErrorKind.UNAVAILABLE, gone))
+
+    # It stays registered, forwarding what reaches it, until the target opens it.
+    sealed.detach(to_relay, closing=False)
+
+    async def relay(replies: trio.Nursery) -> None:
+        # What this host admitted before the commit goes first, then the target opens the unit
+        # (arrivals.py Rule 3); the replies are waited for beside the relay.
+        first = list(captured)
+        while True:
+            try:
+                first.append(receive.receive_nowait())
+            except trio.WouldBlock:
+                break
+        await forward(remote, activation, target.rid, first, permits_held=False, replies=replies)
+        await _tell(remote, activation, target, RelocateOpen())
+        sealed.close()
+        async with receive:
+            async for envelope in receive:
+                await forward(
+                    remote, activation, target.rid, [envelope], permits_held=False, replies=replies
+                )
+
+    async with trio.open_nursery() as relaying:
+        relaying.start_soon(relay, relaying)
+        await activation.closed.wait()
+        send.close()
+
+
+async def _tell(remote: Remote, activation: Activation, target: NodeRecord, what: object) -> None:
+    """Send the target one of the move's requests after the commit; a failure is logged: the
+    record names the target, which owns the unit whether or not it heard (Rule 3)."""
     node = activation.node
     try:
         answer = await remote.request(
             Owner(target.rid),
             activation.spot_id,
-            RelocateCommit(version),
+            what,
             RelocateAnswer,
             {},
             None,
             node.clock.now() + node.config.request_timeout,
         )
         if isinstance(answer, RelocateAnswer) and not answer.ok:
-            _log.error(
-                "%s did not open %s after its commit: %s",
-                target.rid,
-                activation.spot_id,
-                answer.why,
-            )
+            spot_id, why = activation.spot_id, answer.why
+            _log.error("%s answered %r for %s: %s", target.rid, what, spot_id, why)
     except ZLinkError as error:
-        # The record names the target: it owns the unit whether or not it heard (Rule 3).
-        _log.error("telling %s to open %s failed: %s", target.rid, activation.spot_id, error)
-    send, receive = trio.open_memory_channel[Envelope](math.inf)
-    sealed.detach(send.send_nowait)
-
-    async def relay() -> None:
-        await forward(remote, activation, target.rid, list(captured), permits_held=False)
-        async with receive:
-            async for envelope in receive:
-                await forward(remote, activation, target.rid, [envelope], permits_held=False)
-
-    async with trio.open_nursery() as relaying:
-        relaying.start_soon(relay)
-        await activation.closed.wait()
-        send.close()
+        _log.error("telling %s %r for %s failed: %s", target.rid, what, activation.spot_id, error)

@@ -9,9 +9,15 @@ Rule 2: the unit is restored before the commit and reachable only after it. Once
 in, a fresh instance is made and restored (spots/sealing.py ``prepare_restore``) and kept aside,
 not in the catalog: nothing on this host can reach it while the store still names the source.
 A restore that fails answers ``ok=False`` with the reason; the source then keeps the unit.
-Rule 3: the commit opens it. ``RelocateCommit`` carries the version of the record that names
-this host now; the unit takes that claim, joins the catalog and serves: what the source relays
-after the commit (its queue, then what still reaches it) arrives as ordinary messages, in order.
+Rule 3: the commit admits it; the source's ``RelocateOpen`` lets it serve. ``RelocateCommit``
+carries the version of the record that names this host now; the unit takes that claim and
+joins the catalog, so what any host sends it from then on is admitted into its mailbox, but no
+turn runs yet. What the source relays until its ``RelocateOpen`` (the messages it held, in the
+order it admitted them) goes in front of that mailbox (``relayed``), so a sender that learned
+the new owner early is not served ahead of what it sent before the move: per-sender order holds
+(RELOC-60). ``RelocateOpen`` travels on the same connection after the relay, so it arrives after
+the last relayed message; then the unit serves. A source that dies between its commit and its
+``RelocateOpen`` leaves the unit to open by itself after ``request_timeout``.
 Rule 4: an abort, a new ``RelocateIn`` for the same id, or this host's shutdown drops what was
 prepared (its instance closes without a turn).
 """
@@ -22,6 +28,7 @@ import logging
 
 import attrs
 import cbor2
+import trio
 
 from zlink_trio._runtime.declarations.system import (
     RelocateAbort,
@@ -29,6 +36,7 @@ from zlink_trio._runtime.declarations.system import (
     RelocateChunk,
     RelocateCommit,
     RelocateIn,
+    RelocateOpen,
 )
 from zlink_trio._runtime.ownership.authority import READY, Claim, SpotRecord
 from zlink_trio._runtime.spots.activation import Activation
@@ -36,7 +44,7 @@ from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.sealing import RestoredSpot, SpotSnapshot, prepare_restore
 from zlink_trio._runtime.spots.transfer import PayloadAssembly, timer_state_from_wire
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import NodeRid, ObjectGeneration, SpotId, SpotKind, StableTypeName
+from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotKind, StableTypeName
 
 __all__ = ["Arrivals"]
 
@@ -49,6 +57,8 @@ class _Arriving:
     snapshot: SpotSnapshot
     assembly: PayloadAssembly | None
     restored: RestoredSpot | None = None
+    committed: bool = False
+    opened: trio.Event = attrs.field(factory=trio.Event)
 
 
 class Arrivals:
@@ -57,7 +67,12 @@ class Arrivals:
     def __init__(self, spots: SpotCatalog[Activation]) -> None:
         self._spots = spots
         self._node = spots.node
-        self._arriving: dict[SpotId, _Arriving] = {}
+        self._arriving: dict[SpotId | ActorId, _Arriving] = {}
+
+    @property
+    def under_way(self) -> bool:
+        """Whether any unit is moving here (the reader's cheap first check)."""
+        return bool(self._arriving)
 
     async def on_request(self, source: NodeRid, target: object, message: object) -> RelocateAnswer:
         """Answer one of the move's requests from ``source`` for ``target`` (Rule 1)."""
@@ -69,6 +84,8 @@ class Arrivals:
         arriving = self._arriving.get(target)
         if arriving is None or arriving.source != source:
             return RelocateAnswer(False, f"no move of {target} from {source} is under way here")
+        if arriving.committed and not isinstance(message, RelocateOpen):
+            return RelocateAnswer(False, f"{target} was committed here already")
         if isinstance(message, RelocateChunk):
             assert arriving.assembly is not None  # a type without an adapter sends no chunk
             arriving.assembly.add(message.index, message.count, message.data)
@@ -76,7 +93,9 @@ class Arrivals:
                 return await self._restore(target, arriving, arriving.assembly.payload)
             return RelocateAnswer(True)
         if isinstance(message, RelocateCommit):
-            return self._open(target, arriving, message.version)
+            return self._commit(target, arriving, message.version)
+        if isinstance(message, RelocateOpen):
+            return self.open(source, target)
         if isinstance(message, RelocateAbort):
             self.drop(target)
             return RelocateAnswer(True)
@@ -140,11 +159,11 @@ class Arrivals:
             return RelocateAnswer(False, f"restoring {target} failed: {error}")
         return RelocateAnswer(True)
 
-    def _open(self, target: SpotId, arriving: _Arriving, version: int) -> RelocateAnswer:
+    def _commit(self, target: SpotId, arriving: _Arriving, version: int) -> RelocateAnswer:
         restored = arriving.restored
         if restored is None:
             return RelocateAnswer(False, f"{target} was not restored here")
-        del self._arriving[target]
+        arriving.committed = True
         activation = restored.activation
         assert activation.claim is not None  # prepared with the source's record
         record = attrs.evolve(
@@ -153,12 +172,47 @@ class Arrivals:
             owner_generation=self._node.node_generation,
         )
         activation.claim = Claim(target, record, version)
-        restored.open()
+        restored.admit()
+        self._node.activation_nursery.start_soon(self._open_later, target, arriving)
         _log.info("%s moved here from %s", target, arriving.source)
         return RelocateAnswer(True)
 
+    def relayed(self, source: NodeRid, target: SpotId | ActorId) -> RestoredSpot | None:
+        """The committed unit that takes what ``source`` sends to ``target`` in front of its
+        mailbox, until the source's ``RelocateOpen`` (Rule 3); else ``None``."""
+        arriving = self._arriving.get(target)
+        if arriving is None or not arriving.committed or arriving.source != source:
+            return None
+        return arriving.restored
+
+    def open(self, source: NodeRid, target: SpotId | ActorId) -> RelocateAnswer:
+        """``RelocateOpen`` from ``source``: the unit serves (Rule 3)."""
+        arriving = self._arriving.get(target)
+        if arriving is None or arriving.source != source or not arriving.committed:
+            return RelocateAnswer(False, f"no move of {target} from {source} awaits its opening")
+        self._open(arriving)
+        return RelocateAnswer(True)
+
+    def _open(self, arriving: _Arriving) -> None:
+        del self._arriving[arriving.snapshot.spot_id]
+        assert arriving.restored is not None  # committed only once restored
+        arriving.restored.open()
+        arriving.opened.set()
+
+    async def _open_later(self, target: SpotId, arriving: _Arriving) -> None:
+        """Rule 3's last sentence: the source went quiet after its commit."""
+        with trio.move_on_after(self._node.config.request_timeout):
+            await arriving.opened.wait()
+            return
+        if self._arriving.get(target) is arriving:
+            _log.warning("%s opens without its source %s's word", target, arriving.source)
+            self._open(arriving)
+
     def drop(self, target: SpotId) -> None:
         """Rule 4: forget a prepared unit that will not open here."""
-        arriving = self._arriving.pop(target, None)
-        if arriving is not None and arriving.restored is not None:
+        arriving = self._arriving.get(target)
+        if arriving is None or arriving.committed:
+            return  # committed: the unit is this host's now
+        del self._arriving[target]
+        if arriving.restored is not None:
             arriving.restored.discard()

@@ -29,7 +29,9 @@ Rule 6: a reply is encoded within this host's message limit and its caller's (li
 2); one over either answers the request with the ``PROTOCOL_ERROR`` naming the limit instead
 (MSG-2, MSG-6), one that cannot be encoded with ``INTERNAL_FAILURE`` (MSG-5).
 Rule 7: the requests of a Spot moving here (``zlink.Relocate*``) are the framework's: each is
-answered by ``arrivals.py`` in a task of its own.
+answered by ``arrivals.py`` in a task of its own, except ``zlink.RelocateOpen``, answered by the
+reader itself; and what the source relays to a Spot committed here but not open yet goes, from
+the reader too, in front of that Spot's mailbox (arrivals.py Rule 3), so nothing overtakes it.
 """
 
 from __future__ import annotations
@@ -41,17 +43,29 @@ import trio
 
 from zlink_trio._integration.transport import PeerRun
 from zlink_trio._runtime.declarations.handlers import HandlerKind
-from zlink_trio._runtime.declarations.system import CLOSE_SPOT, RELOCATE, CloseSpot, SpotClosed
+from zlink_trio._runtime.declarations.system import (
+    CLOSE_SPOT,
+    RELOCATE,
+    RELOCATE_OPEN,
+    CloseSpot,
+    SpotClosed,
+)
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.arrivals import Arrivals
 from zlink_trio._runtime.routing.backlog import Backlogs
 from zlink_trio._runtime.routing.credit import PAUSE, RESUME
-from zlink_trio._runtime.routing.local import InstanceChoice, reply_failure, resolve_spot
+from zlink_trio._runtime.routing.local import (
+    InstanceChoice,
+    handler_of,
+    reply_failure,
+    resolve_spot,
+)
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots import creation
+from zlink_trio._runtime.spots.sealing import RestoredSpot
 from zlink_trio._wire import ErrorReply, Reply, Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotRef
@@ -62,6 +76,7 @@ _log = logging.getLogger("zlink_trio.runtime.remote")
 
 # Compared as plain strings: every message from a peer passes these checks (the wire's hot path).
 _CLOSE_SPOT = CLOSE_SPOT.value
+_RELOCATE_OPEN = RELOCATE_OPEN.value
 _CREDIT = frozenset({PAUSE.value, RESUME.value})
 
 
@@ -95,6 +110,15 @@ class Inbound:
             change = credits.pause if message.message_type == PAUSE else credits.resume
             change(origin.node_rid, message.target)
             return
+        if self.arrivals.under_way:
+            if message.message_type.value == _RELOCATE_OPEN:
+                assert isinstance(message, Request)
+                self._answer(origin, message, self.arrivals.open(origin.node_rid, message.target))
+                return
+            restored = self.arrivals.relayed(origin.node_rid, message.target)
+            if restored is not None:
+                self._take_relayed(origin, message, restored)
+                return
         if type(message) is Send:
             await self._inbound_send(origin, message)
             return
@@ -178,6 +202,34 @@ class Inbound:
         except ZLinkError as error:
             self._answer(origin, message, _for_caller(error))
         return True
+
+    def _take_relayed(
+        self, origin: PeerRun, message: Send | Request, restored: RestoredSpot
+    ) -> None:
+        """What the source of a move relays before its ``RelocateOpen`` (Rule 7)."""
+        node = self._node
+        target = message.target
+        assert isinstance(target, SpotId)  # relayed() found a Spot moving here
+        request = message if type(message) is Request else None
+        try:
+            decoded = node.registry.messages.decode(message.message_type, message.payload)
+            kind = HandlerKind.PACKET if request is None else HandlerKind.REQUEST
+            handler = handler_of(restored.activation.spot_type, type(decoded), kind)
+            metadata = dict(message.metadata)
+            if request is None:
+                restored.take(Envelope(decoded, handler, MessageContext(target, metadata), None))
+                return
+            deadline = node.clock.now() + max(request.budget_us / 1_000_000, 1e-6)
+            entry = node.dispatcher.register(
+                partial(self._answer_outcome, origin, request, deadline)
+            )
+            context = MessageContext(target, metadata, None, deadline)
+            restored.take(Envelope(decoded, handler, context, entry.route))
+        except ZLinkError as error:
+            if request is not None:
+                self._answer(origin, request, _for_caller(error))
+            else:
+                _log.warning("a relayed send to %s was not admitted: %s", target, error)
 
     def _answer_outcome(
         self, origin: PeerRun, request: Request, deadline: float, outcome: Outcome

@@ -81,7 +81,9 @@ def resolve_spot(
                 ErrorKind.TYPE_MISMATCH,
                 f"{spot_id} is a {current.kind.name} Spot of type {current.spot_type.name}",
             )
-        if current.accepting:
+        if current.accepting or current.hold is not None:
+            # A Spot that moved away and is closing here still forwards what it is offered, in
+            # order, until it leaves the table (spots/sealing.py Rule 4).
             return current, handler_of(current.spot_type, message_type, kind)
         if instance is None:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {spot_id} is closing")

@@ -30,9 +30,10 @@ Rule 5: a restore starts a fresh instance of the same id and generation. ``prepa
 makes the instance (a new one from the type's class) and gives it the adapter payload, but no
 lifecycle callback runs (``on_create`` and ``on_initialize`` ran for this generation) and no
 timer is started again by the application; nobody reaches it yet. ``take`` queues forwarded
-messages behind the snapshot's; ``open`` registers it under the id: its first turns are the
-snapshot's entries, then what it took, then what is offered to it, and its timers start only
-now that it is Ready (TIMER-16, TIMER-17). Messages carried over hold no job permit here.
+messages behind the snapshot's; ``admit`` registers it under the id, so what is offered to it
+waits in its mailbox; ``open`` lets it serve: its first turns are the snapshot's entries, then
+what it took, then what was offered to it, and its timers start only now that it is Ready
+(TIMER-16, TIMER-17). Messages carried over hold no job permit here.
 """
 
 from __future__ import annotations
@@ -199,10 +200,11 @@ class SealedSpot:
         self.activation.reopen()
         self.activation.timers.resume()
 
-    def detach(self, forward: Callable[[Envelope], None]) -> None:
+    def detach(self, forward: Callable[[Envelope], None], *, closing: bool = True) -> None:
         """Hand over for good and start closing with ``RELOCATION_OUT`` (Rule 4); ``forward``
         must not block and receives each envelope once, in order. Await
-        ``activation.closed`` for the end of ``on_closing``."""
+        ``activation.closed`` for the end of ``on_closing``. With ``closing=False`` the Spot
+        stays registered, forwarding, until ``close()``."""
         hold = self._live()
         self._ended = True
         activation = self.activation
@@ -223,9 +225,17 @@ class SealedSpot:
                 node.jobs.release()
             forward(envelope)
         activation.keeps_record = True
-        deadline = node.clock.now() + node.config.closing_timeout
-        activation.begin_close(SpotCloseReason.RELOCATION_OUT, deadline, drain=True)
         hold.ended.set()
+        if closing:
+            self.close()
+
+    def close(self) -> None:
+        """Start closing a detached Spot with ``RELOCATION_OUT`` (Rule 4)."""
+        activation = self.activation
+        assert self._ended, "detached"
+        assert self._hold.forward is not None, "detached"
+        deadline = activation.node.clock.now() + activation.node.config.closing_timeout
+        activation.begin_close(SpotCloseReason.RELOCATION_OUT, deadline, drain=True)
 
 
 async def prepare_restore(
@@ -303,9 +313,15 @@ class RestoredSpot:
         self.activation.keeps_record = True
         self._opened.set()
 
-    def open(self) -> None:
-        """Make it the Spot's incarnation on this host and let it serve (Rule 5)."""
+    def admit(self) -> None:
+        """Make it the Spot's incarnation on this host: what is offered to it from now on waits
+        in its mailbox, behind what it takes, until ``open`` (Rule 5)."""
         activation = self.activation
         activation.catalog.activations[activation.spot_id] = activation
         activation.keeps_record = False
+
+    def open(self) -> None:
+        """Let it serve, admitting it first if it was not (Rule 5)."""
+        if self.activation.catalog.activations.get(self.activation.spot_id) is not self.activation:
+            self.admit()
         self._opened.set()
