@@ -73,7 +73,7 @@ class Senders:
         self.calls = 0
 
     async def call(
-        self, name: str, seq: int, spot_id: str, instance: bool, kind: str, timeout: float
+        self, name: str, seq: int, spot_id: str, instance: bool, kind: str, budget: float
     ) -> None:
         """One call, recorded before it is submitted and when it ends."""
         self.calls += 1
@@ -93,7 +93,7 @@ class Senders:
                     spot_id, reloc_app.Ask(name, seq), reply_type=reloc_app.Answer
                 )
                 ask = ask.instance_spot(reloc_app.COUNTER) if instance else ask
-                answer = await ask.timeout(timeout).submit()
+                answer = await ask.timeout(budget).submit()
                 end.update(ok=True, host=answer.host, act=answer.act)
         except zl.ZLinkError as error:
             end.update(ok=False, error=error.kind.name)
@@ -101,7 +101,7 @@ class Senders:
         self.record(end)
 
     async def sender(
-        self, name: str, targets: list[tuple[str, bool]], seed: int, pause: float, timeout: float
+        self, name: str, targets: list[tuple[str, bool]], seed: int, pause: float, budget: float
     ) -> None:
         rng = random.Random(f"{seed}-{name}")
         seq = 0
@@ -111,7 +111,7 @@ class Senders:
                 for _ in range(rng.randint(1, 4)):
                     seq += 1
                     kind = "request" if rng.random() < 0.3 else "send"
-                    await self.call(name, seq, spot_id, instance, kind, timeout)
+                    await self.call(name, seq, spot_id, instance, kind, budget)
                     if self.stopping.is_set():
                         break
                 await trio.sleep(pause)
