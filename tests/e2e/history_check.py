@@ -67,8 +67,15 @@ class Report:
     turns: int = 0
     calls: int = 0
 
-    def add(self, category: str, text: str) -> None:
+    offenders: dict[str, list[Record]] = attrs.field(factory=lambda: defaultdict(list))
+    """Per category, the call (``lost``, ``error``, ``terminal``) or the turn handled out of
+    order (``reorder``: the one with the lower seq, run after a higher one) behind each
+    violation, where there is one."""
+
+    def add(self, category: str, text: str, offender: Record | None = None) -> None:
         self.violations[category].append(text)
+        if offender is not None:
+            self.offenders[category].append(offender)
 
     def summary(self, limit: int = 5) -> str:
         """The violations, at most ``limit`` of each category, for an assertion message."""
@@ -152,21 +159,23 @@ def _check_calls(
         key = (call["sender"], call["seq"])
         if call["ended"] is None:
             if not may_hang(call):
-                report.add("terminal", f"{key} to {call['id']} issued at {call['at']} never ended")
+                text = f"{key} to {call['id']} issued at {call['at']} never ended"
+                report.add("terminal", text, call)
             continue
         if not call["ok"]:
             report.errors[call["error"]] += 1
             if not may_fail(call):
-                report.add("error", f"{key} to {call['id']} ended {call['error']}")
+                report.add("error", f"{key} to {call['id']} ended {call['error']}", call)
             continue
         seen = handled.get(key, [])
         if call["kind"] == "request":
             if not seen:
-                report.add("lost", f"{key} to {call['id']} was answered but never handled")
+                text = f"{key} to {call['id']} was answered but never handled"
+                report.add("lost", text, call)
             elif all(turn["act"] != call["act"] for turn in seen):
                 report.add("lost", f"{key} answered by activation {call['act']}, handled by {seen}")
         elif not seen and not may_lose(call):
-            report.add("lost", f"{key} to {call['id']} acknowledged at {call['ended']}")
+            report.add("lost", f"{key} to {call['id']} acknowledged at {call['ended']}", call)
 
 
 def _check_order(report: Report, ordered: list[Record]) -> None:
@@ -180,6 +189,7 @@ def _check_order(report: Report, ordered: list[Record]) -> None:
                 "reorder",
                 f"{turn['id']}: {turn['sender']} seq {turn['seq']} ({turn['host']}) handled "
                 f"after seq {before['seq']} ({before['host']})",
+                turn,
             )
         last_seq[stream] = turn
         held = (turn["id"], turn["gen"], turn["sender"])

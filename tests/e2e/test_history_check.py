@@ -61,7 +61,9 @@ def test_a_clean_history_passes() -> None:
 def test_a_lost_acknowledged_send_is_reported_unless_excused() -> None:
     turns, lines = clean_run()
     lost = [turn for turn in turns if (turn["sender"], turn["seq"]) != ("s2", 2)]
-    assert {"lost"} == violations(history_check.check(lost, lines))
+    report = history_check.check(lost, lines)
+    assert {"lost"} == violations(report)
+    assert [("s2", 2)] == [(c["sender"], c["seq"]) for c in report.offenders["lost"]]
     excused = history_check.check(lost, lines, may_lose=lambda call: call["sender"] == "s2")
     assert set() == violations(excused)
 
@@ -107,9 +109,11 @@ def test_one_senders_messages_handled_out_of_order_are_a_reorder() -> None:
     for line in lines:
         if (line["sender"], line["seq"]) == ("s1", 2) and line["phase"] == "end":
             line["host"], line["act"] = "b", "b-1"
-    found = violations(history_check.check(turns, lines))
+    report = history_check.check(turns, lines)
+    found = violations(report)
     assert "reorder" in found
     assert "lost" not in found
+    assert [two] == report.offenders["reorder"]  # the lower seq, run after the higher one
 
 
 def test_a_state_that_did_not_travel_is_reported() -> None:

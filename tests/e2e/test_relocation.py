@@ -24,6 +24,7 @@ each kind); ``ZLINK_RELOC_E2E_SPOTS=1000`` is the size issue 14 names, for a run
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -213,17 +214,70 @@ async def stop_and_check(
     return history_check.check(hosts.records("turns"), hosts.records("calls"), **excuses)
 
 
+KNOWN_ERRORS = ("NOT_FOUND", "UNAVAILABLE")
+
+
+def known_findings(
+    report: history_check.Report, calls: list[dict[str, Any]], target_log: str
+) -> str:
+    """Take out of ``report`` the violations RELOC-55's Pending line names, if every violation
+    of a category is one of them, and say what was taken; what is left is unexplained. Known:
+    (1) a call to a Spot that the target refused between the commit and ``RelocateCommit``
+    (its log names the Spot: ``NOT_FOUND`` for a peer's send, a cold activation failing
+    ``UNAVAILABLE`` for an Instance Spot) lost as a send, or a request to a moving Spot (issued
+    before its first turn on the target, ended after its last on the source) failed
+    ``NOT_FOUND`` or ``UNAVAILABLE``; (2) a message
+    acknowledged before its Spot's first turn on the target (it went through the source) run
+    there after a later one of its sender (RELOC-60 leaves it open)."""
+    lines = target_log.splitlines()
+    refused = {line.rsplit(" ", 1)[-1] for line in lines if "not admitted: NOT_FOUND" in line}
+    refused |= {
+        line.split("cold activation of ", 1)[1].split(" ", 1)[0]
+        for line in lines
+        if "cold activation of" in line and "is held by node c" in line
+    }
+    acked = {(call["sender"], call["seq"]): call["ended"] for call in calls}
+
+    def first_on_target(spot_id: str) -> float:
+        return min(
+            (i.first for i in report.incarnations.get(spot_id, []) if i.host == "c"),
+            default=math.inf,
+        )
+
+    def moving(call: dict[str, Any]) -> bool:
+        """Issued before the Spot's first turn on the target, ended after its last on ``a``."""
+        last = max(
+            (i.last for i in report.incarnations.get(call["id"], []) if i.host == "a"),
+            default=-math.inf,
+        )
+        return call["issued"] < first_on_target(call["id"]) and call["ended"] > last
+
+    def relayed_late(turn: dict[str, Any]) -> bool:
+        return turn["host"] == "c" and acked[(turn["sender"], turn["seq"])] < first_on_target(
+            turn["id"]
+        )
+
+    explanations = {
+        "lost": lambda call: call["id"] in refused,
+        "error": lambda call: moving(call) and call["error"] in KNOWN_ERRORS,
+        "reorder": relayed_late,
+    }
+    found: list[str] = []
+    for category, explained in explanations.items():
+        offenders = report.offenders.get(category, [])
+        texts = report.violations.get(category, [])
+        if texts and len(offenders) == len(texts) and all(map(explained, offenders)):
+            found.append(f"{category}: {len(texts)} ({'; '.join(texts[:3])})")
+            del report.violations[category]
+            if category == "error":
+                report.errors.clear()
+    return ", ".join(found)
+
+
 def assert_clean(report: history_check.Report) -> None:
     assert not report.violations, report.summary()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="RELOC-55 pending: the commit-to-RelocateCommit window loses a send now and then "
-    "(deterministic reproduction: test_relocation_window.py), and a send reaching the source "
-    "after its commit can run after the sender's next message (RELOC-60 leaves it open); "
-    "strict once both are fixed",
-)
 async def test_a_host_relocates_and_shuts_down_under_traffic_with_nothing_lost(
     store_dsn: str, tmp_path: Path
 ) -> None:
@@ -231,7 +285,9 @@ async def test_a_host_relocates_and_shuts_down_under_traffic_with_nothing_lost(
     and ``c`` keep calling every Spot: ``a`` relocates every Spot and exits 0; every
     acknowledged send was handled once, every request answered once with no error, each
     sender's messages to each Spot in order, each Spot's state carried (its object generation
-    kept) and no two incarnations of an id serving at one instant."""
+    kept) and no two incarnations of an id serving at one instant. While RELOC-55 is pending,
+    a run whose only violations are those its Pending line names ends as xfail (they come and
+    go with timing); any other violation fails."""
     rooms = [f"room-{number:04}" for number in range(SPOTS // 2)]
     counters = [f"counter-{number:04}" for number in range(SPOTS - SPOTS // 2)]
     async with three_hosts(store_dsn, tmp_path, {"a": "1", "b": "1", "c": "2"}) as hosts:
@@ -245,7 +301,9 @@ async def test_a_host_relocates_and_shuts_down_under_traffic_with_nothing_lost(
         assert 0 == await hosts.exited("a")
         await traffic_after(hosts, time.monotonic(), "c", turns=SPOTS)
         report = await stop_and_check(hosts, ("b", "c"))
-    assert_clean(report)
+    calls, _problems = history_check.calls(hosts.records("calls"))
+    known = known_findings(report, calls, (tmp_path / "c.log").read_text())
+    assert not report.violations, report.summary()
     assert {} == dict(report.errors)
     moved = 0
     for spot_id in rooms + counters:
@@ -256,6 +314,8 @@ async def test_a_host_relocates_and_shuts_down_under_traffic_with_nothing_lost(
         moved += hosts_of == ["a", "c"]
         assert len({incarnation.gen for incarnation in incarnations}) <= 1, incarnations
     assert moved >= SPOTS // 2, f"only {moved} Spots served on both sides of the move"
+    if known:
+        pytest.xfail(f"RELOC-55 pending, only its known findings seen: {known}")
 
 
 async def relocate(hosts: Hosts, shutdown: bool = True) -> None:
