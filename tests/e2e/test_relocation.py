@@ -209,7 +209,7 @@ async def stop_and_check(
         report = history_check.check(hosts.records("turns"), hosts.records("calls"), **excuses)
         return "lost" not in report.violations
 
-    with trio.move_on_after(10):  # the real check below names what is still missing
+    with suppress(trio.TooSlowError):  # the real check below names what is still missing
         await eventually(settled, 10)
     return history_check.check(hosts.records("turns"), hosts.records("calls"), **excuses)
 
@@ -222,13 +222,13 @@ def known_findings(
 ) -> str:
     """Take out of ``report`` the violations RELOC-55's Pending line names, if every violation
     of a category is one of them, and say what was taken; what is left is unexplained. Known:
-    (1) a call to a Spot that the target refused between the commit and ``RelocateCommit``
-    (its log names the Spot: ``NOT_FOUND`` for a peer's send, a cold activation failing
-    ``UNAVAILABLE`` for an Instance Spot) lost as a send, or a request to a moving Spot (issued
-    before its first turn on the target, ended after its last on the source) failed
-    ``NOT_FOUND`` or ``UNAVAILABLE``; (2) a message
-    acknowledged before its Spot's first turn on the target (it went through the source) run
-    there after a later one of its sender (RELOC-60 leaves it open)."""
+    (1) a call to a Spot that the target refused between the commit and ``RelocateCommit``: a
+    send lost where the target's log names the Spot (``NOT_FOUND`` for a peer's send, a cold
+    activation failing ``UNAVAILABLE`` for its own send to an Instance Spot), or a request to
+    a moving Spot (issued before its first turn on the target, ended after its last on the
+    source) failed ``NOT_FOUND`` or ``UNAVAILABLE``; (2) a message acknowledged before its
+    Spot's first turn on the target (so it went through the source) run there after a later
+    one of its sender (RELOC-60 leaves it open)."""
     lines = target_log.splitlines()
     refused = {line.rsplit(" ", 1)[-1] for line in lines if "not admitted: NOT_FOUND" in line}
     refused |= {
@@ -253,9 +253,8 @@ def known_findings(
         return call["issued"] < first_on_target(call["id"]) and call["ended"] > last
 
     def relayed_late(turn: dict[str, Any]) -> bool:
-        return turn["host"] == "c" and acked[(turn["sender"], turn["seq"])] < first_on_target(
-            turn["id"]
-        )
+        sent = acked.get((turn["sender"], turn["seq"])) or math.inf
+        return turn["host"] == "c" and sent < first_on_target(turn["id"])
 
     explanations = {
         "lost": lambda call: call["id"] in refused,
