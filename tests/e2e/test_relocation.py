@@ -5,7 +5,8 @@ Three hosts ``a``, ``b`` and ``c`` run as separate processes (``reloc_child.py``
 store; the Spots (``reloc_app``: User Spots ``reloc.Room`` and Instance Spots ``reloc.Counter``,
 each carrying its per-sender last seq through its adapter) are placed on ``a``; senders on ``b``
 and ``c`` send one-way messages and requests with per-sender sequence numbers all along; ``a``
-relocates (a rolling update to ``c``, the one host of the next application version). Every host
+relocates (a rolling update to ``c``, the one host of the next application version, or a
+planned maintenance to ``b`` or ``c``). Every host
 writes the turns it ran and the calls its senders made to files; ``history_check.check`` reads
 them all and names every broken invariant: loss, duplicate, per-sender reorder, state that did
 not travel, two incarnations serving at one instant, a call without exactly one end, an error
@@ -218,7 +219,7 @@ KNOWN_ERRORS = ("NOT_FOUND", "UNAVAILABLE")
 
 
 def known_findings(
-    report: history_check.Report, calls: list[dict[str, Any]], target_log: str
+    report: history_check.Report, calls: list[dict[str, Any]], target: str, target_log: str
 ) -> str:
     """Take out of ``report`` the violations RELOC-55's Pending line names, if every violation
     of a category is one of them, and say what was taken; what is left is unexplained. Known:
@@ -234,13 +235,13 @@ def known_findings(
     refused |= {
         line.split("cold activation of ", 1)[1].split(" ", 1)[0]
         for line in lines
-        if "cold activation of" in line and "is held by node c" in line
+        if "cold activation of" in line and f"is held by node {target}" in line
     }
     acked = {(call["sender"], call["seq"]): call["ended"] for call in calls}
 
     def first_on_target(spot_id: str) -> float:
         return min(
-            (i.first for i in report.incarnations.get(spot_id, []) if i.host == "c"),
+            (i.first for i in report.incarnations.get(spot_id, []) if i.host == target),
             default=math.inf,
         )
 
@@ -254,7 +255,7 @@ def known_findings(
 
     def relayed_late(turn: dict[str, Any]) -> bool:
         sent = acked.get((turn["sender"], turn["seq"])) or math.inf
-        return turn["host"] == "c" and sent < first_on_target(turn["id"])
+        return turn["host"] == target and sent < first_on_target(turn["id"])
 
     explanations = {
         "lost": lambda call: call["id"] in refused,
@@ -277,31 +278,46 @@ def assert_clean(report: history_check.Report) -> None:
     assert not report.violations, report.summary()
 
 
+@pytest.mark.parametrize(
+    ("mode", "versions"),
+    [
+        ("ROLLING_UPDATE", {"a": "1", "b": "1", "c": "2"}),
+        ("PLANNED_MAINTENANCE", {"a": "1", "b": "1", "c": "1"}),
+    ],
+    ids=["rolling-update", "planned-maintenance"],
+)
 async def test_a_host_relocates_and_shuts_down_under_traffic_with_nothing_lost(
-    store_dsn: str, tmp_path: Path
+    store_dsn: str, tmp_path: Path, mode: str, versions: dict[str, str]
 ) -> None:
-    """A rolling update of ``a`` (version 1) to ``c`` (version 2) while six senders on ``b``
-    and ``c`` keep calling every Spot: ``a`` relocates every Spot and exits 0; every
-    acknowledged send was handled once, every request answered once with no error, each
-    sender's messages to each Spot in order, each Spot's state carried (its object generation
-    kept) and no two incarnations of an id serving at one instant. While RELOC-55 is pending,
-    a run whose only violations are those its Pending line names ends as xfail (they come and
-    go with timing); any other violation fails."""
+    """``a`` relocates and shuts down while six senders on ``b`` and ``c`` keep calling every
+    Spot: a rolling update to ``c`` (version 2, the only host of it), or a planned maintenance
+    to whichever of ``b`` and ``c`` ``a`` chooses. ``a`` moves every Spot to that one target
+    and exits 0; every acknowledged send was handled once, every request answered once with no
+    error, each sender's messages to each Spot in order, each Spot's state carried (its object
+    generation kept) and no two incarnations of an id serving at one instant. While RELOC-55
+    is pending, a run whose only violations are those its Pending line names ends as xfail
+    (they come and go with timing); any other violation fails."""
     rooms = [f"room-{number:04}" for number in range(SPOTS // 2)]
     counters = [f"counter-{number:04}" for number in range(SPOTS - SPOTS // 2)]
-    async with three_hosts(store_dsn, tmp_path, {"a": "1", "b": "1", "c": "2"}) as hosts:
+    async with three_hosts(store_dsn, tmp_path, versions) as hosts:
         created = await hosts["a"].ask("create", rooms=rooms, counters=counters)
         assert {"a"} == set(created["rooms"].values()), created
         await start_traffic(hosts, rooms, counters)
         await warm_up(hosts, turns=2 * SPOTS)
-        relocate = {"mode": "ROLLING_UPDATE", "version": "2", "deadline": 40.0}
-        assert (await hosts["a"].ask("relocate", shutdown=True, **relocate))["ok"]
+        version = "2" if mode == "ROLLING_UPDATE" else None
+        command = {"mode": mode, "version": version, "deadline": 40.0, "shutdown": True}
+        assert (await hosts["a"].ask("relocate", **command))["ok"]
         assert {"outcome": "RELOCATED", "reason": "NONE"} == await hosts.result("a")
         assert 0 == await hosts.exited("a")
-        await traffic_after(hosts, time.monotonic(), "c", turns=SPOTS)
+        await traffic_after(hosts, time.monotonic(), None, turns=SPOTS)  # a is gone
         report = await stop_and_check(hosts, ("b", "c"))
+    targets = {i.host for found in report.incarnations.values() for i in found} - {"a"}
+    assert 1 == len(targets), targets
+    (target,) = targets
+    assert mode == "PLANNED_MAINTENANCE" or "c" == target
     calls, _problems = history_check.calls(hosts.records("calls"))
-    known = known_findings(report, calls, (tmp_path / "c.log").read_text())
+    log = (tmp_path / f"{target}.log").read_text()
+    known = known_findings(report, calls, target, log)
     assert not report.violations, report.summary()
     assert {} == dict(report.errors)
     moved = 0
@@ -309,8 +325,8 @@ async def test_a_host_relocates_and_shuts_down_under_traffic_with_nothing_lost(
         # A Spot the traffic missed before or after the move has fewer incarnations.
         hosts_of = report.hosts_of(spot_id)
         incarnations = report.incarnations.get(spot_id, [])
-        assert hosts_of in ([], ["a"], ["c"], ["a", "c"]), incarnations
-        moved += hosts_of == ["a", "c"]
+        assert hosts_of in ([], ["a"], [target], ["a", target]), incarnations
+        moved += hosts_of == ["a", target]
         assert len({incarnation.gen for incarnation in incarnations}) <= 1, incarnations
     assert moved >= SPOTS // 2, f"only {moved} Spots served on both sides of the move"
     if known:
