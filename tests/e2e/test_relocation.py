@@ -50,7 +50,8 @@ LEASE = 2.0
 """Short, so a dead or paused host is removed in seconds (fence at 1.6 s, removal at 2.4 s)."""
 WAIT = 45.0
 """Bound for anything the tests wait for; generous for a loaded 2-core machine."""
-REQUEST_TIMEOUT = 10.0
+REQUEST_TIMEOUT = 20.0
+"""A request's bound: far above the seconds a dead peer takes to be noticed (liveness, lease)."""
 TRAFFIC = {"seed": 14, "pause": 0.01, "timeout": REQUEST_TIMEOUT}
 Calls = list[dict[str, Any]]
 
