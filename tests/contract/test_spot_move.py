@@ -444,3 +444,81 @@ async def test_a_move_commits_although_the_sources_node_record_was_renewed_meanw
         assert None not in renewed  # the renewal did change the node record's version
         count = await target.route.request_to_spot("c-5", Get(), reply_type=Count).submit()
         assert Count(3, target.node_rid.value) == count
+
+
+@pytest.mark.spec("RELOC-66")
+async def test_a_target_that_never_hears_the_commit_reads_it_from_the_store(
+    store_dsn: str,
+) -> None:
+    """The target takes the source's ``RelocateCommit`` without acting on it (the word lost):
+    it reads the record, which names it, commits by itself and serves the Spot."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=source.mesh, request_timeout=0.5
+        ) as target,
+    ):
+        await _meet(source, target)
+        arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
+        answer = arrivals.on_request
+
+        async def lose_the_commit(source_rid: Any, spot: Any, message: Any) -> Any:
+            if type(message).__name__ == "RelocateCommit":
+                return RelocateAnswer(True)
+            return await answer(source_rid, spot, message)
+
+        arrivals.on_request = lose_the_commit
+        await source.route.send_to_spot("c-6", Add(6)).instance_spot("move.Counter").submit()
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        with trio.fail_after(10):
+            call = target.route.request_to_spot("c-6", Get(), reply_type=Count).timeout(8)
+            count = await call.submit()
+        assert Count(6, target.node_rid.value) == count
+        activation = target.host._tree.spots.activations[zl.SpotId("c-6")]  # type: ignore[union-attr]
+        assert activation.claim is not None
+        assert target.node_rid == activation.claim.record.owner
+
+
+@pytest.mark.spec("RELOC-66")
+async def test_a_target_drops_a_restored_unit_whose_source_is_gone(store_dsn: str) -> None:
+    """The source restores the Spot on the target, then never commits and shuts down: the target
+    reads that the record's owner run is gone and drops the unit; the id is then free for a new
+    incarnation."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=f"m-{uuid.uuid4().hex[:8]}"
+        ) as target,
+    ):
+        async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as source:
+            await _meet(source, target)
+            await _meet(target, source)
+            await source.route.send_to_spot("c-7", Add(7)).instance_spot("move.Counter").submit()
+            authority = source.host._node.authority
+            restored = trio.Event()
+
+            async def never_commit(*args: Any) -> Any:
+                restored.set()
+                await trio.sleep_forever()
+
+            authority.hand_over = never_commit
+            results: list[zl.RelocationResult] = []
+            async with trio.open_nursery() as nursery:
+
+                async def relocate() -> None:
+                    results.append(await source.host.relocate(deadline=30.0))
+
+                nursery.start_soon(relocate)
+                await restored.wait()
+                spots = target.host._tree.spots  # type: ignore[union-attr]
+                admitted = spots.activations[zl.SpotId("c-7")]  # admitted, sealed
+                await source.host.shutdown()
+        assert zl.RelocationReason.SHUTDOWN_REQUESTED == results[0].reason
+        with trio.fail_after(15):
+            await admitted.closed.wait()
+        assert zl.SpotId("c-7") not in spots.activations
+        call = target.route.request_to_spot("c-7", Get(), reply_type=Count)
+        count = await call.instance_spot("move.Counter").submit()
+        assert Count(0, target.node_rid.value) == count  # a new incarnation

@@ -1,29 +1,37 @@
-"""The target's side of a Spot's move (specs/relocation.md RELOC-47..RELOC-50; the source's
-side is host/moving.py).
+"""The target's side of a unit's move: a Spot, an Actor, a User Spot with its members
+(specs/relocation.md RELOC-47..RELOC-50, RELOC-60..RELOC-66; the source's side is
+host/moving.py).
 
 Rule 1: a move arrives as the framework's requests from the source, in order on the source's
 connection: ``zlink.RelocateIn`` (the unit and its timers), one ``zlink.RelocateChunk`` per
-payload chunk when the type has an adapter, then ``zlink.RelocateCommit`` or
-``zlink.RelocateAbort``. Each is answered with ``zlink.RelocateAnswer``.
-Rule 2: the unit is restored before the commit and reachable only after it. Once every chunk is
-in, a fresh instance is made and restored (spots/sealing.py ``prepare_restore``) and kept aside,
-not in the catalog: nothing on this host can reach it while the store still names the source.
-A restore that fails answers ``ok=False`` with the reason; the source then keeps the unit.
-Rule 3: the commit admits it; the source's ``RelocateOpen`` lets it serve. ``RelocateCommit``
-carries the version of the record that names this host now; the unit takes that claim and
-joins the catalog, so what any host sends it from then on is admitted into its mailbox, but no
-turn runs yet. What the source relays until its ``RelocateOpen`` (the messages it held, in the
-order it admitted them) goes in front of that mailbox (``relayed``), so a sender that learned
-the new owner early is not served ahead of what it sent before the move: per-sender order holds
-(RELOC-60). ``RelocateOpen`` travels on the same connection after the relay, so it arrives after
-the last relayed message; then the unit serves. A source that dies between its commit and its
-``RelocateOpen`` leaves the unit to open by itself after ``request_timeout``.
-Rule 4: an abort, a new ``RelocateIn`` for the same id, or this host's shutdown drops what was
-prepared (its instance closes without a turn).
+payload chunk when the type has an adapter (taken by the reader itself, in order), then
+``zlink.RelocateCommit`` or ``zlink.RelocateAbort``, and after a commit ``zlink.RelocateOpen``.
+Each is answered with ``zlink.RelocateAnswer``.
+Rule 2: the unit is restored and admitted, sealed, before the commit. Once every chunk is in, a
+fresh instance is made and restored (``prepare_restore``, ``prepare_actor_restore``) and put in
+the catalog at once, serving nothing: whatever reaches it (a peer that read the commit before
+this host heard of it, this host's own callers) waits in it, and it keeps its hands off the
+store record, which is still the source's (RELOC-65). A restore that fails answers
+``ok=False`` with the reason; the source then keeps the unit.
+Rule 3: the commit gives it the record; the source's ``RelocateOpen`` lets it serve.
+``RelocateCommit`` carries the version of the record that names this host now. What the source
+relays until its ``RelocateOpen`` (the messages it held, in the order it admitted them) goes in
+front of what waited (``relayed``), so a sender that learned the new owner early is not served
+ahead of what it sent before the move: per-sender order holds (RELOC-60). ``RelocateOpen``
+travels on the same connection after the relay, so it arrives after the last relayed message;
+then the unit serves.
+Rule 4: an abort, a new ``RelocateIn`` for the same id, or the store's word that the source is
+gone drops what was prepared: its instance closes without a turn, what it carried is dropped
+(the source has it), and what waited in it goes back to the source, in order.
 Rule 5: a User Spot's members move with it. Each member's ``RelocateIn`` names the Spot, whose
-own came first; the Spot's ``RelocateCommit`` lists every member with its record's version (one
-batch wrote them all): the Spot is admitted, then each member as a member of it, and its
-``RelocateOpen`` opens them all. An abort of the Spot drops its members too.
+own came first; each member is admitted as a member of the restored Spot; the Spot's
+``RelocateCommit`` lists every member with its record's version (one batch wrote them all), and
+its ``RelocateOpen`` opens them all. An abort of the Spot drops its members too.
+Rule 6: what the source does not say, the store does (RELOC-66). A unit not committed
+``request_timeout`` after its restore is looked up: a record naming this host is a commit whose
+word was lost; a record that is gone, or whose owner's run is no longer live, means the source
+can no longer commit, and the unit is dropped; anything else is read again later. A committed
+unit that gets no ``RelocateOpen`` within ``request_timeout`` opens by itself.
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 import attrs
-import cbor2
 import trio
 
 from zlink_trio._runtime.actors.activation import ActorActivation
@@ -49,14 +56,14 @@ from zlink_trio._runtime.declarations.system import (
     RelocateIn,
     RelocateOpen,
 )
-from zlink_trio._runtime.node.envelope import Envelope, fail_one
+from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.ownership.authority import READY, Claim, SpotRecord
 from zlink_trio._runtime.routing.forward import relay
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.sealing import RestoredSpot, SpotSnapshot, prepare_restore
-from zlink_trio._runtime.spots.transfer import PayloadAssembly, timer_state_from_wire
+from zlink_trio._runtime.spots.transfer import PayloadAssembly, timer_states_from_wire
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotKind, StableTypeName
 
@@ -94,7 +101,7 @@ class Arrivals:
         self,
         spots: SpotCatalog[Activation],
         actors: ActorCatalog[ActorActivation],
-        remote: Remote | None = None,
+        remote: Remote,
     ) -> None:
         self._spots = spots
         self._actors = actors
@@ -170,7 +177,7 @@ class Arrivals:
             spot_type.name,
             ObjectGeneration(message.generation),
             (),
-            tuple(timer_state_from_wire(state, now) for state in _timers(message)),
+            timer_states_from_wire(message.timers, now),
             now,
         )
 
@@ -188,7 +195,7 @@ class Arrivals:
             return RelocateAnswer(False, f"no {message.type_name} Actor type is served here")
         if target in self._actors.actors:
             return RelocateAnswer(False, f"Actor {target} is live here already")
-        if _timers(message):
+        if timer_states_from_wire(message.timers, 0.0):
             raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "an Actor has no timers (ACT-3)")
         generation = ObjectGeneration(message.generation)
         snapshot = ActorSnapshot(target, actor_type.name, generation, ())
@@ -385,22 +392,8 @@ class Arrivals:
     def _give_back(
         self, target: SpotId | ActorId, source: NodeRid, envelopes: list[Envelope]
     ) -> None:
-        if envelopes and self._remote is not None:
-            self._node.activation_nursery.start_soon(
-                partial(relay, self._remote, self._node, target, None, source, envelopes)
-            )
-        else:
-            for envelope in envelopes:
-                self._node.jobs.release()
-                gone = ZLinkError(ErrorKind.UNAVAILABLE, f"the move of {target} ended")
-                fail_one(self._node.dispatcher, envelope, gone)
-
-
-def _timers(message: RelocateIn) -> list[object]:
-    try:
-        states = cbor2.loads(message.timers)
-    except (ValueError, cbor2.CBORDecodeError) as error:
-        raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"a move's timers: {error}") from None
-    if not isinstance(states, list):
-        raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "a move's timers are a list")
-    return states
+        """Rule 4: what waited in a dropped Actor goes to its owner, the source."""
+        nursery = self._node.activation_nursery
+        nursery.start_soon(
+            partial(relay, self._remote, self._node, target, None, source, envelopes)
+        )

@@ -28,11 +28,9 @@ a caller whose own host runs on, an owner that went away: ``UNAVAILABLE``, never
 Rule 6: a reply is encoded within this host's message limit and its caller's (limits.py Rule
 2); one over either answers the request with the ``PROTOCOL_ERROR`` naming the limit instead
 (MSG-2, MSG-6), one that cannot be encoded with ``INTERNAL_FAILURE`` (MSG-5).
-Rule 7: the requests of a Spot moving here (``zlink.Relocate*``) are the framework's: each is
-answered by ``arrivals.py`` in a task of its own, except ``zlink.RelocateOpen`` and
-``zlink.RelocateChunk`` (but for the last chunk's restore), answered by the reader itself, in
-order; and what the source relays to a Spot committed here but not open yet goes, from
-the reader too, in front of that Spot's mailbox (arrivals.py Rule 3), so nothing overtakes it.
+Rule 7: the requests of a unit moving here (``zlink.Relocate*``) are the framework's, and what
+the source relays to a unit committed here but not open yet goes in front of it: both are
+``moves_in.py``'s, from the reader itself where order matters.
 """
 
 from __future__ import annotations
@@ -47,25 +45,22 @@ from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.system import (
     CLOSE_SPOT,
     RELOCATE,
-    RELOCATE_CHUNK,
-    RELOCATE_OPEN,
     CloseSpot,
-    RelocateChunk,
     SpotClosed,
 )
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
-from zlink_trio._runtime.routing.arrivals import Arrivals, Restored
+from zlink_trio._runtime.routing.arrivals import Arrivals
 from zlink_trio._runtime.routing.backlog import Backlogs
 from zlink_trio._runtime.routing.credit import PAUSE, RESUME
 from zlink_trio._runtime.routing.local import (
     InstanceChoice,
-    handler_of,
     reply_failure,
     resolve_spot,
 )
 from zlink_trio._runtime.routing.messaging import Messaging
+from zlink_trio._runtime.routing.moves_in import MovesIn
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots import creation
 from zlink_trio._wire import ErrorReply, Reply, Request, Send
@@ -78,8 +73,6 @@ _log = logging.getLogger("zlink_trio.runtime.remote")
 
 # Compared as plain strings: every message from a peer passes these checks (the wire's hot path).
 _CLOSE_SPOT = CLOSE_SPOT.value
-_RELOCATE_OPEN = RELOCATE_OPEN.value
-_RELOCATE_CHUNK = RELOCATE_CHUNK.value
 _CREDIT = frozenset({PAUSE.value, RESUME.value})
 
 
@@ -94,7 +87,8 @@ class Inbound:
         self.backlogs = Backlogs(messaging, signal=self._signal)
         """The per-target backlogs of sends from peers (backlog.py)."""
         self.arrivals = Arrivals(messaging.spots, messaging.actors, remote)
-        """The Spots moving to this host (arrivals.py)."""
+        """The Spots and Actors moving to this host (arrivals.py)."""
+        self._moves = MovesIn(self.arrivals, self._node, self._reply, self._answer_outcome)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the nursery of inbound requests open until cancelled (Rule 2)."""
@@ -113,15 +107,8 @@ class Inbound:
             change = credits.pause if message.message_type == PAUSE else credits.resume
             change(origin.node_rid, message.target)
             return
-        if self.arrivals.under_way:
-            if message.message_type.value == _RELOCATE_OPEN:
-                assert isinstance(message, Request)
-                self._answer(origin, message, self.arrivals.open(origin.node_rid, message.target))
-                return
-            restored = self.arrivals.relayed(origin.node_rid, message.target)
-            if restored is not None:
-                self._take_relayed(origin, message, restored)
-                return
+        if self.arrivals.under_way and self._moves.take(origin, message):
+            return
         if type(message) is Send:
             await self._inbound_send(origin, message)
             return
@@ -137,10 +124,7 @@ class Inbound:
             nursery.start_soon(self._inbound_close, origin, message)
             return
         if message.message_type.value in RELOCATE:
-            if message.message_type.value == _RELOCATE_CHUNK:
-                self._inbound_chunk(origin, message, nursery)
-            else:
-                nursery.start_soon(self._inbound_move, origin, message)
+            self._moves.answer(origin, message, nursery)
             return
         target = message.target
         if self._messaging.moved.followed(target, self._remote):
@@ -209,30 +193,6 @@ class Inbound:
             self._answer(origin, message, _for_caller(error))
         return True
 
-    def _take_relayed(self, origin: PeerRun, message: Send | Request, restored: Restored) -> None:
-        """What the source of a move relays before its ``RelocateOpen`` (Rule 7)."""
-        node = self._node
-        request = message if type(message) is Request else None
-        try:
-            decoded = node.registry.messages.decode(message.message_type, message.payload)
-            kind = HandlerKind.PACKET if request is None else HandlerKind.REQUEST
-            handler = handler_of(restored.declared, type(decoded), kind)
-            metadata = dict(message.metadata)
-            if request is None:
-                restored.take(Envelope(decoded, handler, restored.context(metadata, None), None))
-                return
-            deadline = node.clock.now() + max(request.budget_us / 1_000_000, 1e-6)
-            entry = node.dispatcher.register(
-                partial(self._answer_outcome, origin, request, deadline)
-            )
-            context = restored.context(metadata, deadline)
-            restored.take(Envelope(decoded, handler, context, entry.route))
-        except ZLinkError as error:
-            if request is not None:
-                self._answer(origin, request, _for_caller(error))
-            else:
-                _log.warning("a relayed send to %s was not admitted: %s", message.target, error)
-
     def _answer_outcome(
         self, origin: PeerRun, request: Request, deadline: float, outcome: Outcome
     ) -> None:
@@ -299,41 +259,6 @@ class Inbound:
             return
         self._answer(origin, message, SpotClosed(closed))
 
-    def _inbound_chunk(self, origin: PeerRun, message: Request, nursery: trio.Nursery) -> None:
-        """A payload chunk of a move, taken by the reader in order (Rule 7)."""
-        target = message.target
-        try:
-            decoded = self._node.registry.messages.decode(message.message_type, message.payload)
-            if not isinstance(decoded, RelocateChunk):
-                raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "not a zlink.RelocateChunk")
-            answer = self.arrivals.take_chunk(origin.node_rid, target, decoded)
-        except ZLinkError as error:
-            self._answer(origin, message, _for_caller(error))
-            return
-        if answer is not None:
-            self._answer(origin, message, answer)
-            return
-
-        async def restore() -> None:
-            try:
-                restored = await self.arrivals.restore_assembled(target)
-            except ZLinkError as error:
-                self._answer(origin, message, _for_caller(error))
-                return
-            self._answer(origin, message, restored)
-
-        nursery.start_soon(restore)
-
-    async def _inbound_move(self, origin: PeerRun, message: Request) -> None:
-        """One of the requests of a Spot moving here (Rule 7; arrivals.py)."""
-        try:
-            decoded = self._node.registry.messages.decode(message.message_type, message.payload)
-            answer = await self.arrivals.on_request(origin.node_rid, message.target, decoded)
-        except ZLinkError as error:
-            self._answer(origin, message, _for_caller(error))
-            return
-        self._answer(origin, message, answer)
-
     async def _inbound_request(self, origin: PeerRun, message: Request, arrived: float) -> None:
         messaging = self._messaging
         node = self._node
@@ -364,6 +289,12 @@ class Inbound:
             self._answer(origin, message, _for_caller(error))
             return
         self._answer(origin, message, result)
+
+    def _reply(self, origin: PeerRun, request: Request, result: object) -> None:
+        """``_answer``, an error as the remote caller sees it (Rule 3)."""
+        self._answer(
+            origin, request, _for_caller(result) if isinstance(result, ZLinkError) else result
+        )
 
     def _answer(self, origin: PeerRun, request: Request, result: object) -> None:
         mesh = self._remote.mesh
