@@ -484,7 +484,8 @@ async def test_a_target_that_never_hears_the_commit_reads_it_from_the_store(
 @pytest.mark.spec("RELOC-66")
 async def test_a_target_drops_a_restored_unit_whose_source_is_gone(store_dsn: str) -> None:
     """The source restores the Spot on the target, then never commits and shuts down: the target
-    reads that the record's owner run is gone and drops the unit; the id is then free for a new
+    reads that the record's owner run is gone and drops the unit; a send and a request the
+    target's own callers made meanwhile (they waited in the admitted unit) go on to a new
     incarnation."""
     async with (
         open_test_stores(store_dsn) as stores,
@@ -514,11 +515,21 @@ async def test_a_target_drops_a_restored_unit_whose_source_is_gone(store_dsn: st
                 await restored.wait()
                 spots = target.host._tree.spots  # type: ignore[union-attr]
                 admitted = spots.activations[zl.SpotId("c-7")]  # admitted, sealed
+                # Sent here meanwhile: it waits in the admitted unit, then goes on.
+                await (
+                    target.route.send_to_spot("c-7", Add(5)).instance_spot("move.Counter").submit()
+                )
+
+                async def asked_meanwhile() -> None:
+                    call = target.route.request_to_spot("c-7", Get(), reply_type=Count)
+                    answers.append(await call.instance_spot("move.Counter").timeout(20).submit())
+
+                answers: list[Count] = []
+                nursery.start_soon(asked_meanwhile)
+                await trio.testing.wait_all_tasks_blocked()
                 await source.host.shutdown()
         assert zl.RelocationReason.SHUTDOWN_REQUESTED == results[0].reason
         with trio.fail_after(15):
             await admitted.closed.wait()
-        assert zl.SpotId("c-7") not in spots.activations
-        call = target.route.request_to_spot("c-7", Get(), reply_type=Count)
-        count = await call.instance_spot("move.Counter").submit()
-        assert Count(0, target.node_rid.value) == count  # a new incarnation
+        # What waited went on as the target's own calls, to a new incarnation.
+        assert [Count(5, target.node_rid.value)] == answers

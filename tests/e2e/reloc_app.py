@@ -11,8 +11,9 @@ The handlers never await: a turn is one step of its task.
 
 ``gates`` forces the moment a failure test names: an armed point (``capture`` or ``restore`` of
 the adapter, or ``closing``, the source's ``on_closing`` after a move's commit) writes
-``<folder>/<host>.<point>.reached`` the first time it is reached and waits there until
-``<folder>/<host>.<point>.release`` exists (or forever, until the process is killed).
+``<folder>/<host>.<point>.reached`` the first time it is reached, and every Spot that reaches it
+waits there until ``<folder>/<host>.<point>.release`` exists (or forever, until the process is
+killed): a host moves several Spots at once, and none may pass the point before the test says.
 """
 
 from __future__ import annotations
@@ -92,9 +93,10 @@ class Gates:
     async def reach(self, point: str, spot_id: str) -> None:
         if point not in self.armed:
             return
-        self.armed.discard(point)
         assert self.folder is not None
-        (self.folder / f"{self.host}.{point}.reached").write_text(spot_id)
+        reached = self.folder / f"{self.host}.{point}.reached"
+        if not reached.exists():
+            reached.write_text(spot_id)
         release = self.folder / f"{self.host}.{point}.release"
         while not release.exists():  # noqa: ASYNC110  # the test's file is the only signal
             await trio.sleep(GATE_POLL)

@@ -96,7 +96,7 @@ class Senders:
                 answer = await ask.timeout(budget).submit()
                 end.update(ok=True, host=answer.host, act=answer.act)
         except zl.ZLinkError as error:
-            end.update(ok=False, error=error.kind.name)
+            end.update(ok=False, error=error.kind.name, text=error.message)
         end["at"] = time.monotonic()
         self.record(end)
 

@@ -336,7 +336,8 @@ async def test_a_target_killed_before_the_commit_leaves_the_spots_serving_on_the
     rooms, counters = ["unit-room"], ["unit-counter"]
     async with three_hosts(store_dsn, tmp_path, {"a": "1", "b": "1", "c": "2"}) as hosts:
         await failure_setup(hosts, rooms, counters, "c.restore")
-        assert "unit-counter" == await hosts.reached("c", "restore")
+        # Both move at once (MOVES_AT_ONCE): either may be the first in its restore.
+        assert await hosts.reached("c", "restore") in rooms + counters
         killed_at = time.monotonic()
         await hosts["c"].kill()
         result = await hosts.result("a")

@@ -202,15 +202,50 @@ async def _move(
     owner = Owner(target.rid)
     limit = node.config.relocation_payload_chunk_limit_bytes
 
-    async def ask(about: SpotId | ActorId, message: object) -> RelocateAnswer:
+    async def ask(
+        about: SpotId | ActorId, message: object, submitted: Callable[[], object] | None = None
+    ) -> RelocateAnswer:
         left = deadline - trio.current_time()
         if left <= 0:
             raise trio.TooSlowError
         answer = await remote.request(
-            owner, about, message, RelocateAnswer, {}, None, node.clock.now() + left
+            owner, about, message, RelocateAnswer, {}, None, node.clock.now() + left, submitted
         )
         assert isinstance(answer, RelocateAnswer)  # remote.request checked the reply's class
         return answer
+
+    async def send_chunks(about: SpotId | ActorId, chunks: list[bytes]) -> RelocateAnswer:
+        """Every chunk on its way before the first answer: the target takes them in order
+        (routing/moves_in.py), so only the answers are waited for, together."""
+        answers: list[RelocateAnswer] = []
+        failures: list[ZLinkError | trio.TooSlowError] = []
+
+        async def one(index: int, *, task_status: trio.TaskStatus[None]) -> None:
+            submitted = False
+
+            def on_submitted() -> None:
+                nonlocal submitted
+                if not submitted:
+                    submitted = True
+                    task_status.started()
+
+            chunk = RelocateChunk(index, len(chunks), chunks[index])
+            try:
+                answers.append(await ask(about, chunk, on_submitted))
+            except (ZLinkError, trio.TooSlowError) as error:  # raised below, not as a group
+                failures.append(error)
+            finally:
+                on_submitted()
+
+        async with trio.open_nursery() as nursery:
+            for index in range(len(chunks)):
+                if failures:
+                    break
+                await nursery.start(one, index)
+        if failures:
+            raise failures[0]
+        refused = [answer for answer in answers if not answer.ok]
+        return refused[0] if refused else RelocateAnswer(True)
 
     handed = None
     reason = RelocationReason.RELOCATION_FAILED
@@ -219,10 +254,8 @@ async def _move(
         for unit, payload in zip(units, payloads, strict=True):
             chunks = [] if payload is None else payload_chunks(payload, limit)
             answer = await ask(unit.target, unit.announce(len(chunks)))
-            for index, chunk in enumerate(chunks):
-                if not answer.ok:
-                    break
-                answer = await ask(unit.target, RelocateChunk(index, len(chunks), chunk))
+            if answer.ok and chunks:
+                answer = await send_chunks(unit.target, chunks)
             if not answer.ok:
                 break
         if not answer.ok:

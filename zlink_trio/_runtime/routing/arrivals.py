@@ -2,6 +2,10 @@
 (specs/relocation.md RELOC-47..RELOC-50, RELOC-60..RELOC-66; the source's side is
 host/moving.py).
 
+Longer than 400 lines: one state machine (arriving, admitted, committed, open, or dropped) of a
+unit on the target, read together with the store's word that settles it when the source is
+silent (Rule 6); split, each half would need the other's private state.
+
 Rule 1: a move arrives as the framework's requests from the source, in order on the source's
 connection: ``zlink.RelocateIn`` (the unit and its timers), one ``zlink.RelocateChunk`` per
 payload chunk when the type has an adapter (taken by the reader itself, in order), then
@@ -30,8 +34,10 @@ its ``RelocateOpen`` opens them all. An abort of the Spot drops its members too.
 Rule 6: what the source does not say, the store does (RELOC-66). A unit not committed
 ``request_timeout`` after its restore is looked up: a record naming this host is a commit whose
 word was lost; a record that is gone, or whose owner's run is no longer live, means the source
-can no longer commit, and the unit is dropped; anything else is read again later. A committed
-unit that gets no ``RelocateOpen`` within ``request_timeout`` opens by itself.
+can no longer commit: the unit is dropped, and what waited in it goes on as this host's calls,
+meeting the id as any caller would now (a cold activation of an Instance Spot, a missing User
+Spot or Actor); anything else is read again later. A committed unit that gets no
+``RelocateOpen`` within ``request_timeout`` opens by itself.
 """
 
 from __future__ import annotations
@@ -56,10 +62,11 @@ from zlink_trio._runtime.declarations.system import (
     RelocateIn,
     RelocateOpen,
 )
-from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.ownership.authority import READY, Claim, SpotRecord
 from zlink_trio._runtime.routing.forward import relay
+from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio._runtime.routing.send_on import send_on
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.sealing import RestoredSpot, SpotSnapshot, prepare_restore
@@ -102,10 +109,12 @@ class Arrivals:
         spots: SpotCatalog[Activation],
         actors: ActorCatalog[ActorActivation],
         remote: Remote,
+        messaging: Messaging,
     ) -> None:
         self._spots = spots
         self._actors = actors
         self._remote = remote
+        self._messaging = messaging
         self._node = spots.node
         self._arriving: dict[SpotId | ActorId, _Arriving] = {}
 
@@ -343,10 +352,11 @@ class Arrivals:
             )
             self._commit(target, arriving, claim.version, tuple(members))
         elif claim is None or await authority.is_stale(claim.record):
-            # The source's run is gone: it can no longer commit (its write is conditional on a
-            # record a peer reclaims), so the unit will not be this host's.
+            # The source's run is gone, or the id was given up: the source can no longer commit
+            # (its write is conditional on the version a peer's reclaim changes). What waited
+            # here goes on as new calls, which meet the id as any caller would now.
             _log.warning("%s will not move here: its source %s is gone", target, arriving.source)
-            self.drop(target)
+            self.drop(target, reroute=True)
 
     def relayed(self, source: NodeRid, target: SpotId | ActorId) -> Restored | None:
         """The committed unit that takes what ``source`` sends to ``target`` in front of its
@@ -374,26 +384,23 @@ class Arrivals:
             if joined is not None and joined.restored is not None and joined.committed:
                 joined.restored.open()
 
-    def drop(self, target: SpotId | ActorId) -> None:
-        """Rule 4: forget a prepared unit that will not open here."""
+    def drop(self, target: SpotId | ActorId, *, reroute: bool = False) -> None:
+        """Rule 4: forget a prepared unit that will not open here; what waited in it goes back
+        to the source, or, ``reroute``, on as new calls from this host (Rule 6)."""
         arriving = self._arriving.get(target)
         if arriving is None or arriving.committed:
             return  # committed: the unit is this host's now
         del self._arriving[target]
         arriving.committing.set()
         for member in arriving.members:  # a User Spot's members are dropped with it (Rule 5)
-            self.drop(member)
-        restored = arriving.restored
-        if isinstance(restored, RestoredSpot):
-            restored.discard(arriving.source)  # what waited in it goes back to the owner
-        elif restored is not None:
-            restored.discard(partial(self._give_back, target, arriving.source))
-
-    def _give_back(
-        self, target: SpotId | ActorId, source: NodeRid, envelopes: list[Envelope]
-    ) -> None:
-        """Rule 4: what waited in a dropped Actor goes to its owner, the source."""
-        nursery = self._node.activation_nursery
-        nursery.start_soon(
-            partial(relay, self._remote, self._node, target, None, source, envelopes)
-        )
+            self.drop(member, reroute=reroute)
+        if arriving.restored is not None:
+            instance = (
+                arriving.record.type_name if arriving.record.kind is SpotKind.INSTANCE else None
+            )
+            if reroute or not self._remote.is_peer(arriving.source):
+                # The source is gone: on as this host's calls (Rule 6).
+                later = partial(send_on, self._messaging, target, instance)
+            else:  # back to the owner, in order (Rule 4)
+                later = partial(relay, self._remote, self._node, target, instance, arriving.source)
+            arriving.restored.discard(partial(self._node.activation_nursery.start_soon, later))

@@ -86,7 +86,7 @@ class Inbound:
         self._nursery: trio.Nursery | None = None
         self.backlogs = Backlogs(messaging, signal=self._signal)
         """The per-target backlogs of sends from peers (backlog.py)."""
-        self.arrivals = Arrivals(messaging.spots, messaging.actors, remote)
+        self.arrivals = Arrivals(messaging.spots, messaging.actors, remote, messaging)
         """The Spots and Actors moving to this host (arrivals.py)."""
         self._moves = MovesIn(self.arrivals, self._node, self._reply, self._answer_outcome)
 

@@ -42,12 +42,7 @@ from functools import partial
 import trio
 
 from zlink_trio._integration.store import Changed, LocationStore, Resync
-from zlink_trio._integration.transport import (
-    PeerAddress,
-    RouteLost,
-    RouteMesh,
-    RouteUp,
-)
+from zlink_trio._integration.transport import PeerAddress, RouteLost, RouteMesh, RouteUp
 from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
@@ -136,6 +131,10 @@ class Remote:
     def forget(self, target: Target) -> None:
         """Drop ``target`` from the routing cache (Rule 1)."""
         self._cache.pop(target, None)
+
+    def is_peer(self, rid: NodeRid) -> bool:
+        """Whether ``rid`` is a live member of the mesh now."""
+        return rid in self._membership.peers()
 
     async def _route_ready(self, owner: NodeRid, deadline: float) -> RouteMesh:
         """The transport once its route to ``owner`` is up. A call waits for it until its
@@ -339,9 +338,8 @@ class Remote:
     def _owner_gone(self, owner: NodeRid) -> None:
         """``owner`` left or lost its route: forget what it owned (Rule 1), lift its pauses."""
         self.credits.drop_owner(owner)
-        for target, cached in list(self._cache.items()):
-            if cached.node_rid == owner:
-                del self._cache[target]
+        for target in [t for t, cached in self._cache.items() if cached.node_rid == owner]:
+            del self._cache[target]
 
     def _is_janitor(self) -> bool:
         """Whether this host reclaims what peers left: the live member with the smallest RID."""

@@ -57,7 +57,6 @@ from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.ingress import Hold
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import (
-    NodeRid,
     ObjectGeneration,
     SpotCloseReason,
     SpotId,
@@ -315,17 +314,28 @@ class RestoredSpot:
             return
         activation.push_front([(envelope, False)])
 
-    def discard(self, give_back: NodeRid | None = None) -> None:
+    def discard(self, give_back: Callable[[list[Envelope]], None] | None = None) -> None:
         """Give it up before it opened: it ends without a turn and leaves the store alone; what
-        was offered to it since ``admit`` goes to ``give_back`` (the source, which still owns
-        it), in order, and what it carried from the source is dropped (the source has it)."""
+        was offered to it since ``admit`` goes to ``give_back`` in order (each holding its job
+        permit), and what it carried from the source is dropped (the source has it)."""
         if self._opened.is_set():
             return
         self._discarded = True
         activation = self.activation
         activation.keeps_record = True
+        # Nothing more reaches it: a call made from now on meets the id anew.
+        activation.state = ActivationState.CLOSING
+        if activation.catalog.activations.get(activation.spot_id) is activation:
+            del activation.catalog.activations[activation.spot_id]
         activation.front.clear()
-        activation.forward_to = give_back
+        offered = [envelope for envelope, _permit in activation.take_queued()]
+        if give_back is not None:
+            give_back(offered)
+        else:
+            for envelope in offered:
+                activation.node.jobs.release()
+                gone = ZLinkError(ErrorKind.UNAVAILABLE, f"the move of {activation.spot_id} ended")
+                fail_one(activation.node.dispatcher, envelope, gone)
         self._opened.set()
 
     @property
