@@ -60,6 +60,8 @@ stalled = trio.Event()
 go_on = trio.Event()
 marks: list[tuple[str, str]] = []
 """(label, node) of every Mark handled, in the order handled."""
+callbacks: list[str] = []
+"""The membership callbacks of every Room and Entry Spot, in the order called."""
 
 
 class WalletState(zl.ActorRelocationAdapter["Wallet"]):
@@ -142,7 +144,14 @@ class Room(zl.Spot):
     async def on_actor_join(
         self, actor_id: zl.ActorId, request: object | None
     ) -> zl.SpotActorJoinResult:
+        callbacks.append(f"on_actor_join:{actor_id.value}")
         return zl.SpotActorJoinResult.accept()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        callbacks.append("on_joined_actor")
+
+    async def on_leave_actor(self, actor: object) -> None:
+        callbacks.append("on_leave_actor")
 
     @zl.packet_handler(Add)
     async def add(self, msg: Add) -> None:
@@ -324,13 +333,22 @@ async def test_an_actors_early_sender_is_not_served_before_the_relay(store_dsn: 
         assert [("before", moved_to), ("after", moved_to)] == marks
 
 
-@pytest.mark.spec("RELOC-64", "RELOC-6")
+@app.entry_spot
+class Entry(zl.EntrySpot):
+    async def on_joined_actor(self, actor: object) -> None:
+        callbacks.append("entry.on_joined_actor")
+
+    async def on_leave_actor(self, actor: object) -> None:
+        callbacks.append("entry.on_leave_actor")
+
+
+@pytest.mark.spec("RELOC-64", "RELOC-6", "SPOT-57", "SPOT-58")
 async def test_a_user_spot_moves_with_its_member_actors(store_dsn: str) -> None:
     """A Room with two members (a Wallet with an adapter, a Visitor made anew) and a third Actor
     in the Entry Spot: after the source relocates, the Room answers from the target with its
     state, both members answer from the target as members of the Room (the Wallet with its
     count, a send queued at the seal run there), and the third from the target's Entry Spot;
-    every generation is kept."""
+    every generation is kept. No membership callback of any Spot runs for the move."""
     global stalled, go_on
     stalled, go_on = trio.Event(), trio.Event()
     async with (
@@ -350,6 +368,8 @@ async def test_a_user_spot_moves_with_its_member_actors(store_dsn: str) -> None:
         await source.route.send_to_actor("m-2", Add(2)).submit()
         before = await _get(source, "m-1").submit()
         assert ("room", 4) == (before.spot, before.value)
+        called = list(callbacks)
+        assert {"on_joined_actor", "entry.on_leave_actor"} <= set(called)  # the joins called them
         results: list[zl.RelocationResult] = []
         async with trio.open_nursery() as nursery:
 
@@ -388,3 +408,5 @@ async def test_a_user_spot_moves_with_its_member_actors(store_dsn: str) -> None:
                 found.node_rid,
             )
         assert not source.host._tree.actors.live  # type: ignore[union-attr]
+        await trio.testing.wait_all_tasks_blocked()
+        assert called == callbacks  # the move called none
