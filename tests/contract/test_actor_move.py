@@ -163,6 +163,28 @@ class Room(zl.Spot):
         return Count(self.value, ref.node_rid.value, ref.spot_id.value)
 
 
+@app.user_spot("amove.Hall", mode=zl.SpotFactoryMode.PER_ACTOR)
+class Hall(zl.Spot):
+    """A PER_ACTOR Spot: its own state does not move (it is recreated: RELOC-24, RELOC-25)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    async def on_actor_join(
+        self, actor_id: zl.ActorId, request: object | None
+    ) -> zl.SpotActorJoinResult:
+        return zl.SpotActorJoinResult.accept()
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Count:
+        ref = self.context.ref
+        return Count(self.value, ref.node_rid.value, ref.spot_id.value)
+
+
 def _get(host: TestHost, actor_id: str) -> Any:
     return host.route.request_to_actor(actor_id, Get(), reply_type=Count)
 
@@ -410,3 +432,116 @@ async def test_a_user_spot_moves_with_its_member_actors(store_dsn: str) -> None:
         assert not source.host._tree.actors.live  # type: ignore[union-attr]
         await trio.testing.wait_all_tasks_blocked()
         assert called == callbacks  # the move called none
+
+
+@pytest.mark.spec("RELOC-25", "RELOC-26", "RELOC-28", "RELOC-30", "SPOT-58")
+async def test_a_per_actor_spot_moves_as_a_shell_then_its_actors_one_by_one(
+    store_dsn: str,
+) -> None:
+    """A PER_ACTOR Hall with two member Wallets: after the source relocates, the Hall answers
+    from the target as a fresh shell (its own count is not carried) with its generation, and each
+    Wallet answers from the target as a member of the Hall, with its count and generation; no
+    membership callback runs for the move."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        hall = await source.spots.get_or_create("hall", "amove.Hall").submit()
+        await source.route.send_to_spot("hall", Add(8)).submit()
+        wallets = {}
+        for actor_id, amount in (("p-1", 3), ("p-2", 5)):
+            wallets[actor_id] = await source.actors.create(actor_id, "amove.Wallet").submit()
+            await source.route.send_to_actor(actor_id, Join("hall")).submit()
+            await source.route.send_to_actor(actor_id, Add(amount)).submit()
+        assert "hall" == (await _get(source, "p-1").submit()).spot
+        await trio.testing.wait_all_tasks_blocked()  # the joins' on_leave_actor run unawaited
+        called = list(callbacks)
+        arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
+        answer = arrivals.on_request
+        commits: list[tuple[str, tuple[tuple[str, int], ...]]] = []
+
+        async def record_commits(source_rid: Any, unit: Any, message: Any) -> Any:
+            if type(message).__name__ == "RelocateCommit":
+                commits.append((unit.value, message.members))
+            return await answer(source_rid, unit, message)
+
+        arrivals.on_request = record_commits
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        moved_to = target.node_rid.value
+        at_hall = await source.route.request_to_spot("hall", Get(), reply_type=Count).submit()
+        assert Count(0, moved_to, "hall") == at_hall  # a fresh shell: nothing of it carried
+        assert Count(3, moved_to, "hall") == await _get(source, "p-1").submit()
+        assert Count(5, moved_to, "hall") == await _get(target, "p-2").submit()
+        spots = target.host._tree.spots  # type: ignore[union-attr]
+        shell = spots.activations[zl.SpotId("hall")]
+        assert hall.spot_ref is not None
+        assert hall.spot_ref.object_generation == shell.generation
+        assert {"p-1", "p-2"} == {member.actor_id.value for member in shell.members}
+        for actor_id, created in wallets.items():
+            found = await target.actors.find(actor_id)
+            assert found is not None
+            assert created.actor_ref is not None
+            assert created.actor_ref.object_generation == found.object_generation
+        await trio.testing.wait_all_tasks_blocked()
+        assert called == callbacks
+        # The shell's record first, alone; then each Actor's, each in a commit of its own.
+        assert ("hall", ()) == commits[0]
+        assert {("p-1", ()), ("p-2", ())} == set(commits[1:])
+
+
+@pytest.mark.spec("RELOC-27")
+async def test_what_moves_here_is_not_seen_by_lookups_before_its_commit(store_dsn: str) -> None:
+    """While the source holds each commit back, the target already holds the restored unit
+    (the shell of a PER_ACTOR Hall, then a Wallet), but its lookups do not see it: get_or_create
+    of the Hall waits, find of the Wallet names the source; after each commit they name the
+    target."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.spots.get_or_create("hall-2", "amove.Hall").submit()
+        await source.actors.create("w-9", "amove.Wallet").submit()
+        authority = source.host._node.authority
+        hand_over = authority.hand_over
+        held = {"hall-2": trio.Event(), "w-9": trio.Event()}
+        go = {"hall-2": trio.Event(), "w-9": trio.Event()}
+
+        async def hold_commits(claims: Any, *args: Any) -> Any:
+            unit = claims[0].spot_id.value
+            held[unit].set()
+            await go[unit].wait()
+            return await hand_over(claims, *args)
+
+        authority.hand_over = hold_commits
+        looked_up: list[zl.SpotCreateResult] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(source.host.relocate)
+
+            async def look_up() -> None:
+                looked_up.append(await target.spots.get_or_create("hall-2", "amove.Hall").submit())
+
+            await held["hall-2"].wait()
+            spots = target.host._tree.spots  # type: ignore[union-attr]
+            assert zl.SpotId("hall-2") in spots.activations  # restored here, sealed
+            nursery.start_soon(look_up)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not looked_up  # not seen before its commit
+            go["hall-2"].set()
+            await held["w-9"].wait()
+            actors = target.host._tree.actors  # type: ignore[union-attr]
+            assert zl.ActorId("w-9") in actors.actors  # restored here, sealed
+            before = await target.actors.find("w-9")
+            assert before is not None
+            assert source.node_rid == before.node_rid  # the record still names the source
+            go["w-9"].set()
+        spot_ref = looked_up[0].spot_ref
+        assert spot_ref is not None
+        assert target.node_rid == spot_ref.node_rid
+        after = await target.actors.find("w-9")
+        assert after is not None
+        assert target.node_rid == after.node_rid

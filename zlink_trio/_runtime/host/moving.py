@@ -21,7 +21,11 @@ Rule 4: a User Spot moves with its member Actors (RELOC-6, RELOC-64). They are s
 (actors/sealing.py ``seal_with_members``), each announced after the Spot with the Spot's id,
 and the commit is one conditional batch over the Spot's record and every member's: all move or
 none does. The target admits and opens them together; an abort drops them together. An Actor of
-the Entry Spot moves alone the same way (``move_actor``). The
+the Entry Spot moves alone the same way (``move_actor``).
+Rule 5: a PER_ACTOR Spot moves as a shell, then its Actors one by one (RELOC-26..RELOC-28): its
+own lane is sealed and moved without its members, its timers or any adapter (it is recreated,
+RELOC-24, RELOC-25), so its record names the target first; then each member moves alone, as an
+Entry Actor does, announced with the Spot's id, into the shell on the target. The
 Spot closes here with ``RELOCATION_OUT`` and leaves the record alone, and what reaches this
 host for it later is relayed for the follow window (routing/follow.py, RELOC-49).
 """
@@ -60,7 +64,7 @@ from zlink_trio._runtime.spots.sealing import seal
 from zlink_trio._runtime.spots.transfer import payload_chunks, timer_state_to_wire
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, SpotId, SpotKind, StableTypeName
-from zlink_trio.options import RelocationReason
+from zlink_trio.options import RelocationReason, SpotFactoryMode
 
 __all__ = ["MoveTimes", "move_actor", "move_spot"]
 
@@ -125,8 +129,12 @@ async def move_spot(
     with trio.move_on_at(deadline):
         await activation.settled.wait()  # a Spot still activating is moved once it is Ready
     sealing = trio.current_time()
+    shell = activation.spot_type.mode is SpotFactoryMode.PER_ACTOR
+    members: list[SealedActor]
     try:
-        if activation.members:
+        if shell:  # its members move one by one after it (Rule 5)
+            sealed, members = await seal(activation, shell=True), []
+        elif activation.members:
             sealed, members = await seal_with_members(activation)
         else:
             sealed, members = await seal(activation), []
@@ -134,7 +142,9 @@ async def move_spot(
         _log.info("%s cannot be moved now: %s", activation.spot_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
     snapshot = sealed.capture()
-    timers = cbor2.dumps([timer_state_to_wire(state) for state in snapshot.timers])
+    # A PER_ACTOR Spot's own timers do not move (TIMER-18, RELOC-25).
+    states = () if shell else snapshot.timers
+    timers = cbor2.dumps([timer_state_to_wire(state) for state in states])
     kind, name = int(activation.kind), activation.spot_type.name.value
     generation = snapshot.generation.value
     units = [
@@ -155,14 +165,17 @@ async def move_spot(
 async def move_actor(
     remote: Remote, moved: Moved, actor: ActorActivation, target: NodeRecord, deadline: float
 ) -> RelocationReason | None:
-    """``move_spot`` for an Actor of the Entry Spot (Rules 1-3)."""
+    """``move_spot`` for an Actor of the Entry Spot, or of a PER_ACTOR Spot whose shell moved
+    before it (Rules 1-3, 5)."""
     sealing = trio.current_time()
+    spot = actor.spot if actor.spot.spot_type.mode is SpotFactoryMode.PER_ACTOR else None
     try:
-        sealed = await seal_actor(actor)
+        sealed = await seal_actor(actor, spot)
     except ZLinkError as error:
         _log.info("Actor %s cannot be moved now: %s", actor.actor_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
-    return await _move(remote, moved, [_actor_unit(sealed, None)], target, deadline, sealing)
+    in_spot = None if spot is None else spot.spot_id.value
+    return await _move(remote, moved, [_actor_unit(sealed, in_spot)], target, deadline, sealing)
 
 
 def _actor_unit(sealed: SealedActor, spot: str | None) -> _Unit:
@@ -325,24 +338,30 @@ async def _hand_over(
         # It stays registered, forwarding what reaches it, until the target opens it.
         unit.sealed.detach(to_relay(unit), closing=False)
 
+    async def relay_to(unit: _Unit, envelopes: list[Envelope], replies: trio.Nursery) -> None:
+        instance, to = unit.instance_type, target.rid
+        await relay(
+            remote, node, unit.target, instance, to, envelopes, permits_held=False, replies=replies
+        )
+
     async def relay_all(replies: trio.Nursery) -> None:
         # What this host admitted before the commit goes first, then the target opens the
         # units (arrivals.py Rule 3); the replies are waited for beside the relay.
         for unit in units:
-            await _relay(remote, unit, target, list(unit.entries), replies)
+            await relay_to(unit, list(unit.entries), replies)
         while True:
             try:
                 unit, envelope = receive.receive_nowait()
             except trio.WouldBlock:
                 break
-            await _relay(remote, unit, target, [envelope], replies)
+            await relay_to(unit, [envelope], replies)
         await _tell(remote, primary, target, RelocateOpen())
         opened.append(trio.current_time())
         for unit in reversed(units):  # the members leave before their Spot closes
             unit.sealed.close()
         async with receive:
             async for unit, envelope in receive:
-                await _relay(remote, unit, target, [envelope], replies)
+                await relay_to(unit, [envelope], replies)
 
     async with trio.open_nursery() as relaying:
         relaying.start_soon(relay_all, relaying)
@@ -350,25 +369,6 @@ async def _hand_over(
             await unit.closed.wait()
         send.close()
     return opened[0] if opened else trio.current_time()
-
-
-async def _relay(
-    remote: Remote,
-    unit: _Unit,
-    target: NodeRecord,
-    envelopes: list[Envelope],
-    replies: trio.Nursery,
-) -> None:
-    await relay(
-        remote,
-        unit.node,
-        unit.target,
-        unit.instance_type,
-        target.rid,
-        envelopes,
-        permits_held=False,
-        replies=replies,
-    )
 
 
 async def _tell(remote: Remote, unit: _Unit, target: NodeRecord, what: object) -> None:

@@ -62,6 +62,7 @@ from zlink_trio.options import (
     RelocationOutcome,
     RelocationReason,
     RelocationResult,
+    SpotFactoryMode,
 )
 
 __all__ = ["DEFAULT_DEADLINE", "Relocator"]
@@ -269,13 +270,17 @@ class Relocator:
         return await self._relocate_nothing(deadline)
 
     def _actors_to_move(self) -> list[ActorActivation]:
-        """Every Ready Actor of the Entry Spot, in id order (a member of a User Spot moved with
-        it)."""
+        """Every Ready Actor of the Entry Spot or of a PER_ACTOR Spot (whose shell moved before
+        it), in id order; a member of a SPOT_WIDE User Spot moved with it."""
         return sorted(
             (
                 actor
                 for actor in self._actors.live
-                if actor.accepting and actor.spot.kind is SpotKind.ENTRY
+                if actor.accepting
+                and (
+                    actor.spot.kind is SpotKind.ENTRY
+                    or actor.spot.spot_type.mode is SpotFactoryMode.PER_ACTOR
+                )
             ),
             key=lambda actor: actor.actor_id.value,
         )

@@ -30,7 +30,8 @@ gone drops what was prepared: its instance closes without a turn, what it carrie
 Rule 5: a User Spot's members move with it. Each member's ``RelocateIn`` names the Spot, whose
 own came first; each member is admitted as a member of the restored Spot; the Spot's
 ``RelocateCommit`` lists every member with its record's version (one batch wrote them all), and
-its ``RelocateOpen`` opens them all. An abort of the Spot drops its members too.
+its ``RelocateOpen`` opens them all. An abort of the Spot drops its members too. A PER_ACTOR Spot
+moves as a shell first; each of its Actors then moves alone into it, as an Entry Actor does.
 Rule 6: what the source does not say, the store does (RELOC-66). A unit not committed
 ``request_timeout`` after its restore is looked up: a record naming this host is a commit whose
 word was lost; a record that is gone, or whose owner's run is no longer live, means the source
@@ -73,6 +74,7 @@ from zlink_trio._runtime.spots.sealing import RestoredSpot, SpotSnapshot, prepar
 from zlink_trio._runtime.spots.transfer import PayloadAssembly, timer_states_from_wire
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotKind, StableTypeName
+from zlink_trio.options import SpotFactoryMode
 
 __all__ = ["Arrivals"]
 
@@ -208,15 +210,13 @@ class Arrivals:
             raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "an Actor has no timers (ACT-3)")
         generation = ObjectGeneration(message.generation)
         snapshot = ActorSnapshot(target, actor_type.name, generation, ())
-        if message.spot is not None:
-            spot = self._arriving.get(SpotId(message.spot))
+        member_of = None if message.spot is None else SpotId(message.spot)
+        if member_of is not None and not self._here_per_actor(member_of):
+            spot = self._arriving.get(member_of)
             if spot is None or spot.source != source or spot.committed:
                 why = f"no move of {message.spot} from {source} takes members here"
                 return RelocateAnswer(False, why)
             spot.members.append(target)
-            member_of: SpotId | None = SpotId(message.spot)
-        else:
-            member_of = None
 
         async def restore(claim: Claim, payload: bytes | None) -> Restored:
             return await prepare_actor_restore(self._actors, actor_type, snapshot, claim, payload)
@@ -272,13 +272,18 @@ class Arrivals:
         arriving.restored = restored
         # Admitted at once, sealed: whoever learns of the commit before this host hears of it
         # finds the unit here and waits in it, never a missing id (Rule 2).
+        alone = True  # not one of a SPOT_WIDE Spot's members, which settle with their Spot
         if isinstance(restored, RestoredActor):
-            spot = self._arriving.get(arriving.spot) if arriving.spot is not None else None
-            host = spot.restored if spot is not None else None
-            restored.admit(host.activation if isinstance(host, RestoredSpot) else None)
+            if arriving.spot is not None and self._here_per_actor(arriving.spot):
+                restored.admit(self._spots.activations[arriving.spot])  # its shell moved first
+            else:
+                spot = self._arriving.get(arriving.spot) if arriving.spot is not None else None
+                host = spot.restored if spot is not None else None
+                restored.admit(host.activation if isinstance(host, RestoredSpot) else None)
+                alone = spot is None
         else:
             restored.admit()
-        if arriving.spot is None:
+        if alone:
             self._node.activation_nursery.start_soon(self._settle, target, arriving)
         return RelocateAnswer(True)
 
@@ -304,6 +309,12 @@ class Arrivals:
         arriving.committing.set()
         _log.info("%s moved here from %s", target, arriving.source)
         return RelocateAnswer(True)
+
+    def _here_per_actor(self, spot_id: SpotId) -> bool:
+        """Whether ``spot_id`` is a PER_ACTOR Spot live here: its shell moved before its Actors
+        (Rule 5)."""
+        spot = self._spots.activations.get(spot_id)
+        return spot is not None and spot.spot_type.mode is SpotFactoryMode.PER_ACTOR
 
     def _ready(self, member: ActorId) -> bool:
         arriving = self._arriving.get(member)

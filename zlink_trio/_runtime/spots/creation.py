@@ -81,8 +81,12 @@ async def _create(
                 )
             if generated:
                 raise ZLinkError(ErrorKind.ALREADY_EXISTS, f"{spot_id} exists already")
-            if current.accepting:
+            if current.accepting and not current.keeps_record:
                 return SpotCreateResult(SpotCreateStatus.EXISTING, current.ref)
+            if current.accepting:  # moving here, not committed yet: not to be seen (RELOC-27)
+                await current.settled.wait()
+                if current.accepting:
+                    continue
             await current.closed.wait()
             continue
         running = spots.creating.get(spot_id)

@@ -94,7 +94,7 @@ class SpotSnapshot:
     """The source's application clock at the capture."""
 
 
-def _refuse_seal(activation: Activation, with_members: bool) -> ZLinkError | None:
+def _refuse_seal(activation: Activation, with_members: bool, shell: bool) -> ZLinkError | None:
     spot_id = activation.spot_id
     if activation.state is ActivationState.ACTIVATING:
         return ZLinkError(ErrorKind.UNAVAILABLE, f"{spot_id} is still activating")
@@ -105,21 +105,26 @@ def _refuse_seal(activation: Activation, with_members: bool) -> ZLinkError | Non
     spot_type = activation.spot_type
     if spot_type.kind is SpotKind.ENTRY:
         return ZLinkError(ErrorKind.INVALID_OPERATION, "an Entry Spot never moves")
-    if spot_type.mode is SpotFactoryMode.PER_ACTOR:
-        return ZLinkError(ErrorKind.INVALID_OPERATION, f"{spot_id} is PER_ACTOR: it moves a shell")
-    if activation.members and not with_members:
+    if (spot_type.mode is SpotFactoryMode.PER_ACTOR) != shell:
+        per_actor = f"{spot_id} is PER_ACTOR: it moves a shell"
+        return ZLinkError(ErrorKind.INVALID_OPERATION, per_actor if not shell else "not PER_ACTOR")
+    if activation.members and not (with_members or shell):
         return ZLinkError(
             ErrorKind.INVALID_OPERATION, f"{spot_id} has member Actors; moving them is not built"
         )
     return None
 
 
-async def seal(activation: Activation, *, with_members: bool = False) -> SealedSpot:
+async def seal(
+    activation: Activation, *, with_members: bool = False, shell: bool = False
+) -> SealedSpot:
     """Seal ``activation`` at a turn boundary (Rule 1). ``UNAVAILABLE`` when it is activating or
     closing (or host shutdown breaks the seal), ``INVALID_OPERATION`` when it is sealed already
     or cannot move as one unit (an Entry Spot, a PER_ACTOR Spot, a Spot with members unless
-    ``with_members``: its members are sealed by the caller, actors/sealing.py)."""
-    refused = _refuse_seal(activation, with_members)
+    ``with_members``: its members are sealed by the caller, actors/sealing.py). ``shell``
+    seals a PER_ACTOR Spot's own lane only: its members run on, and move one by one after it
+    (RELOC-26)."""
+    refused = _refuse_seal(activation, with_members, shell)
     if refused is not None:
         raise refused
     hold = Hold()
