@@ -184,6 +184,14 @@ class Hall(zl.Spot):
         ref = self.context.ref
         return Count(self.value, ref.node_rid.value, ref.spot_id.value)
 
+    @zl.packet_handler(Stall)
+    async def start_ticking(self, msg: Stall) -> None:
+        self.context.timers.start("tick", 3600.0)
+
+    @zl.timer_handler("tick")
+    async def tick(self, tick: zl.TimerTick) -> None:
+        pass
+
 
 def _get(host: TestHost, actor_id: str) -> Any:
     return host.route.request_to_actor(actor_id, Get(), reply_type=Count)
@@ -545,3 +553,26 @@ async def test_what_moves_here_is_not_seen_by_lookups_before_its_commit(store_ds
         after = await target.actors.find("w-9")
         assert after is not None
         assert target.node_rid == after.node_rid
+
+
+@pytest.mark.spec("TIMER-18")
+async def test_a_per_actor_spots_own_timer_stays_behind(store_dsn: str) -> None:
+    """A PER_ACTOR Hall with a timer of its own: after the move the shell on the target has no
+    timer (Spot-level timers of a PER_ACTOR Spot do not move)."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.spots.get_or_create("hall-3", "amove.Hall").submit()
+        await source.route.send_to_spot("hall-3", Stall()).submit()
+        await source.route.request_to_spot("hall-3", Get(), reply_type=Count).submit()
+        here = source.host._tree.spots.activations[zl.SpotId("hall-3")]  # type: ignore[union-attr]
+        assert ["tick"] == [state.name for state in here.timers.states(trio.current_time())]
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        at = await source.route.request_to_spot("hall-3", Get(), reply_type=Count).submit()
+        assert target.node_rid.value == at.node
+        shell = target.host._tree.spots.activations[zl.SpotId("hall-3")]  # type: ignore[union-attr]
+        assert () == tuple(shell.timers.states(trio.current_time()))
