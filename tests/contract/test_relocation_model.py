@@ -1,8 +1,9 @@
 """A hypothesis stateful model of host relocation on a mesh of three hosts in one test process:
 User Spots and Instance Spots created and touched from any host, bursts of sends and requests
 with per-sender sequence numbers from every host, hosts relocated (planned maintenance) while
-bursts are in flight, relocated hosts shut down and replaced by fresh runs (specs/relocation.md
-RELOC-47..RELOC-49, RELOC-7, RELOC-23, RELOC-44; issue 14, Proof).
+bursts are in flight, senders whose route still names the host a Spot left, relocated hosts
+shut down and replaced by fresh runs (specs/relocation.md RELOC-47, RELOC-49, RELOC-7, RELOC-23,
+RELOC-44; issue 14, Proof).
 
 What the model holds after every step:
 
@@ -10,7 +11,8 @@ What the model holds after every step:
   model knows to be live exactly one does, with the store's record naming that host's run and
   the Spot's generation, on a host that was serving when the Spot moved there;
 - per-sender order: each sender's messages were handled by a Spot in the order it sent them,
-  none twice and none that it did not send.
+  none twice and none that it did not send (two cases are checked without the order until the
+  runtime keeps it: ``ORDER_ACROSS_MOVES``, ``ORDER_THROUGH_FOLLOW``).
 
 And once the example's bursts have all ended and the mesh is quiet (a ``settle`` step and the
 teardown):
@@ -24,7 +26,14 @@ teardown):
 A burst is a background task of the example (``HostStateMachine.start_soon``, KIT-11): one
 sender on one host sends and asks in order, each call awaited before the next, and stops at its
 ``split`` until a ``release`` or a ``relocate`` step lets it go on: a relocation lets every
-waiting burst go on as it starts, so their calls meet the seal, the hand-over and the relay.
+waiting burst go on as it starts, so their calls meet the seal, the hand-over and the relay. A
+stale burst sends every call to the host its Spot left (on the sender's transport, as a routing
+cache that has not heard of the move would), which relays it for the follow window.
+
+What the model found is reduced to the strict xfails at the end of the module: a Spot moved to
+a host that had relocated a moment ago (the model waits until the peers have read a host's
+relocated state before its next step, ``_seen_relocated``), and two ways a sender's calls are
+handled out of order across a move.
 
 Reproduce a failure with ``ZLINK_RELOC_MODEL_SEED=<seed>``; ``ZLINK_RELOC_MODEL_EXAMPLES`` and
 ``ZLINK_RELOC_MODEL_STEPS`` change the run's size.
@@ -54,20 +63,27 @@ from hypothesis.stateful import (
 )
 
 import zlink_trio as zl
+from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio.testing import HostStateMachine, TestHost, open_test_host, open_test_stores
 
-EXAMPLES = int(os.environ.get("ZLINK_RELOC_MODEL_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("ZLINK_RELOC_MODEL_EXAMPLES", "10"))
 STEPS = int(os.environ.get("ZLINK_RELOC_MODEL_STEPS", "12"))
 WAIT = 40.0
 """Upper bound of any step (``step_timeout``); reaching it is a failure, not a pause."""
 CALL_TIMEOUT = 20.0
 """A request's timeout no example reaches: a request ends with its reply or it is a failure."""
 HOSTS = 3
-USER_SPOTS = {"u-keep": "relmodel.Ledger", "u-anew": "relmodel.Scratch"}
-INSTANCE_SPOTS = ("i-1", "i-2")
+USER_SPOTS = {
+    "u-keep": "relmodel.Ledger",
+    "u-anew": "relmodel.Scratch",
+    "u-late": "relmodel.Ledger",
+}
+INSTANCE_SPOTS = ("i-1", "i-2", "i-late")
+LATE = ("u-late", "i-late")
+"""Ids no Spot holds at the start: made later, or refused by a relocated host (RELOC-44)."""
 INSTANCE_TYPE = "relmodel.Tally"
 SPOT_IDS = (*USER_SPOTS, *INSTANCE_SPOTS)
-PRESERVED = {"u-keep", *INSTANCE_SPOTS}
+PRESERVED = {"u-keep", "u-late", *INSTANCE_SPOTS}
 """The ids whose type carries its state with an adapter."""
 
 SERVING, RELOCATED, STOPPED = "serving", "relocated", "stopped"
@@ -78,6 +94,11 @@ reaches the target is handled out of order (specs/relocation.md, plan step 3; th
 is under way). Until then such a sender's calls are checked to be handled exactly once, in any
 order, and ``test_a_sender_that_learns_the_new_owner_early_keeps_its_order`` shows the
 reordering; with the fix, set this to True and remove that test's xfail."""
+ORDER_THROUGH_FOLLOW = False
+"""Whether per-sender order is checked for a sender whose route still names the host its Spot
+left. Not yet: that host relays a request past a send of the same sender still waiting to be
+relayed (``test_a_stale_route_keeps_a_senders_order``); until it is fixed, such a sender's calls
+are checked to be handled exactly once, in any order."""
 
 app = zl.Application()
 
@@ -206,6 +227,14 @@ class Burst:
     crossed: bool = False
     """Its calls may straddle a move of its Spot: it ran while the Spot moved, or started
     after a move before the next settle (its host may learn the new owner between two calls)."""
+    stale: tuple[zl.NodeRid, int] | None = None
+    """Every call goes to this run (and host index), which the Spot left: a route no one
+    told of the move, as a peer's routing cache that has not heard yet (RELOC-49)."""
+
+    @property
+    def hosts(self) -> set[int]:
+        """The hosts its calls go through."""
+        return {self.via} if self.stale is None else {self.via, self.stale[1]}
 
 
 @attrs.define
@@ -215,6 +244,8 @@ class Live:
     generation: int
     host: int
     moves: int = 0
+    left: tuple[zl.NodeRid, zl.NodeGeneration, int] | None = None
+    """The run (and host index) it last moved away from."""
 
 
 class Relocations(HostStateMachine):
@@ -267,7 +298,9 @@ class Relocations(HostStateMachine):
                 if index == burst.split:
                     await burst.go.wait()
                 try:
-                    if request:
+                    if burst.stale is not None:
+                        await self._stale_call(burst, seq, request)
+                    elif request:
                         answer = await self._ask(
                             burst.via, burst.spot_id, Ask(burst.sender, seq), Answer
                         ).submit()
@@ -283,6 +316,26 @@ class Relocations(HostStateMachine):
                     burst.results[seq] = error.kind.name
         finally:
             burst.done.set()
+
+    async def _stale_call(self, burst: Burst, seq: int, request: bool) -> None:
+        """One call of ``burst`` sent to the run its Spot left, on the sender's transport."""
+        assert burst.stale is not None
+        host = self.mesh[burst.via].host
+        remote = host._tree.remote
+        assert remote is not None
+        owner = Owner(burst.stale[0])
+        spot = zl.SpotId(burst.spot_id)
+        kind = zl.StableTypeName(INSTANCE_TYPE) if burst.spot_id in INSTANCE_SPOTS else None
+        if request:
+            deadline = host._node.clock.now() + CALL_TIMEOUT
+            answer = await remote.request(
+                owner, spot, Ask(burst.sender, seq), Answer, {}, kind, deadline
+            )
+            ok = (answer.sender, answer.seq) == (burst.sender, seq)
+            burst.results[seq] = "ok" if ok else f"wrong answer {answer!r}"
+        else:
+            await remote.send(owner, spot, Note(burst.sender, seq), {}, kind)
+            burst.results[seq] = "ok"
 
     def _go(self, bursts: list[Burst]) -> None:
         async def go() -> None:
@@ -356,11 +409,14 @@ class Relocations(HostStateMachine):
 
     @initialize(data=st.data())
     def first_spots(self, data: st.DataObject) -> None:
-        """Every Spot of the model lives from the start, each on a host the example draws."""
+        """Every Spot of the model but the late ones lives from the start, each on a host the
+        example draws."""
         for spot_id in USER_SPOTS:
-            self.get_or_create(data, spot_id)
+            if spot_id not in LATE:
+                self.get_or_create(data, spot_id)
         for spot_id in INSTANCE_SPOTS:
-            self.touch(data, spot_id)
+            if spot_id not in LATE:
+                self.touch(data, spot_id)
 
     @rule(data=st.data(), spot_id=st.sampled_from(sorted(USER_SPOTS)))
     def get_or_create(self, data: st.DataObject, spot_id: str) -> None:
@@ -441,6 +497,32 @@ class Relocations(HostStateMachine):
         self.bursts.append(burst)
         self.start_soon(self._burst, burst)
 
+    def _left(self) -> list[str]:
+        """The live Spots whose last move left a run that is still up and relocated."""
+        return sorted(
+            spot_id
+            for spot_id, live in self.live.items()
+            if live.left is not None
+            and self.status[live.left[2]] == RELOCATED
+            and self.mesh[live.left[2]].node_generation == live.left[1]
+        )
+
+    @precondition(lambda self: bool(self._left()))
+    @rule(data=st.data(), kinds=st.lists(st.booleans(), min_size=1, max_size=4))
+    def stale_burst(self, data: st.DataObject, kinds: list[bool]) -> None:
+        """A sender whose route still names the host a Spot left sends and asks there, within
+        the follow window: the old host relays each to the new owner (RELOC-49)."""
+        spot_id = data.draw(st.sampled_from(self._left()), label="spot")
+        live = self.live[spot_id]
+        assert live.left is not None
+        rid, _generation, old = live.left
+        via = data.draw(st.sampled_from([i for i in self._up() if i != old]), label="via")
+        calls = [(self._next(), request) for request in kinds]
+        burst = Burst(f"b{len(self.bursts)}@{via}~{old}", spot_id, via, calls, len(calls))
+        burst.stale = (rid, old)
+        self.bursts.append(burst)
+        self.start_soon(self._burst, burst)
+
     @precondition(lambda self: any(not b.go.is_set() for b in self.bursts))
     @rule()
     def release(self) -> None:
@@ -495,6 +577,8 @@ class Relocations(HostStateMachine):
             assert len(where[spot_id]) == 1, (spot_id, where[spot_id])
             (target,) = where[spot_id]
             assert self.status[target] == SERVING, (spot_id, "moved to", target, self.status)
+            source = self.mesh[index]
+            live.left = (source.node_rid, source.node_generation, index)
             live.host = target
             live.moves += 1
             self.moved.add(spot_id)
@@ -508,7 +592,7 @@ class Relocations(HostStateMachine):
             st.sampled_from([i for i, s in enumerate(self.status) if s == RELOCATED]),
             label="host",
         )
-        self._finish([burst for burst in self.bursts if burst.via == index])
+        self._finish([burst for burst in self.bursts if index in burst.hosts])
         self.wait_quiet()
         self.run(self.mesh[index].shutdown)
         self.status[index] = STOPPED
@@ -522,7 +606,7 @@ class Relocations(HostStateMachine):
         stopped = [i for i, s in enumerate(self.status) if s == STOPPED]
         waiting = stopped or [i for i, s in enumerate(self.status) if s != SERVING]
         index = data.draw(st.sampled_from(waiting), label="host")
-        self._finish([burst for burst in self.bursts if burst.via == index])
+        self._finish([burst for burst in self.bursts if index in burst.hosts])
         self.wait_quiet()
         self.restart_host(index)
         self.status[index] = SERVING
@@ -546,6 +630,7 @@ class Relocations(HostStateMachine):
             live = self.live.get(spot_id)
             if live is None:
                 assert not where[spot_id], (spot_id, "live on", where[spot_id])
+                assert records[spot_id] is None, (spot_id, records[spot_id])
                 continue
             assert [live.host] == where[spot_id], (spot_id, live, where[spot_id])
             record = records[spot_id]
@@ -582,7 +667,9 @@ class Relocations(HostStateMachine):
             order = [seq for seq, _request in burst.calls]
             assert len(got) == len(set(got)), (burst.sender, "handled twice", got)
             assert set(got) <= set(order), (burst.sender, "not sent", got, order)
-            any_order = burst.crossed and not ORDER_ACROSS_MOVES
+            any_order = (burst.crossed and not ORDER_ACROSS_MOVES) or (
+                burst.stale is not None and not ORDER_THROUGH_FOLLOW
+            )
             if any_order:
                 got = sorted(got)
             if complete:
@@ -631,7 +718,7 @@ class Relocations(HostStateMachine):
             super().teardown()
 
 
-@pytest.mark.spec("RELOC-47", "RELOC-48", "RELOC-49", "RELOC-7", "RELOC-23", "RELOC-44")
+@pytest.mark.spec("RELOC-47", "RELOC-49", "RELOC-7", "RELOC-23", "RELOC-44")
 def test_random_relocations_keep_one_incarnation_order_and_every_message(
     store_dsn: str,
 ) -> None:
@@ -742,3 +829,54 @@ async def test_a_sender_that_learns_the_new_owner_early_keeps_its_order(store_ds
         await source.wait_quiet()
         order = [(e.sender, e.seq) for e in handled.get(("u-keep", generation), [])]
         assert [("t", 1), ("t", 2)] == order
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the follow window relays a request from a task of its own, past a send of the same "
+    "sender still waiting to be relayed (routing/inbound.py, since 1033c6a), so a stale "
+    "route's send and then request reach the new owner reversed; found by the relocation model",
+)
+async def test_a_stale_route_keeps_a_senders_order(store_dsn: str) -> None:
+    """After a Spot moved from S to T, host C, whose route still names S, sends m1 and then
+    asks m2, both to S. S relays both to T (RELOC-49); one sender, so m1 is handled first. The
+    relay of m1 is made to wait until m2 has reached S and every task that can run has run, as
+    on a busy host."""
+    handled.clear()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as caller,
+    ):
+        await _meet_all([source, target, caller])
+        created = await source.spots.get_or_create("u-keep", "relmodel.Ledger").submit()
+        generation = created.spot_ref.object_generation.value
+        assert zl.RelocationOutcome.RELOCATED == (await source.host.relocate(deadline=10.0)).outcome
+        relay = source.host._tree.remote
+        assert relay is not None
+        send = relay.send
+
+        assert relay.mesh is not None
+        received = relay.mesh.traffic.received
+        before = received[caller.node_rid]
+
+        async def send_later(*args: Any) -> None:
+            # m1 came in (one frame from C); the relay of m1 waits until m2 has come in too and
+            # every task that can run has run (libzmq's thread is not one Trio sees: look).
+            with trio.fail_after(10):
+                while received[caller.node_rid] < before + 2:  # noqa: ASYNC110 (no event)
+                    await trio.sleep(0.001)
+            await trio.testing.wait_all_tasks_blocked()
+            await send(*args)
+
+        relay.send = send_later  # type: ignore[method-assign]
+        remote = caller.host._tree.remote
+        assert remote is not None
+        stale, spot = Owner(source.node_rid), zl.SpotId("u-keep")
+        await remote.send(stale, spot, Note("c", 1), {}, None)
+        deadline = caller.host._node.clock.now() + 10
+        await remote.request(stale, spot, Ask("c", 2), Answer, {}, None, deadline)
+        await caller.wait_quiet()
+        order = [(e.sender, e.seq) for e in handled.get(("u-keep", generation), [])]
+        assert [("c", 1), ("c", 2)] == order
