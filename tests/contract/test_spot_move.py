@@ -14,6 +14,7 @@ import trio.testing
 
 import zlink_trio as zl
 from zlink_trio._integration.store import Applied, Batch
+from zlink_trio._runtime.declarations.system import RelocateAnswer
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
@@ -37,6 +38,16 @@ class Get:
 class Count:
     value: int
     node: str
+
+
+@app.message("move.Mark")
+@attrs.frozen
+class Mark:
+    label: str
+
+
+marks: list[tuple[str, str]] = []
+"""(label, node) of every Mark handled, in the order handled."""
 
 
 @app.message("move.Stall")
@@ -72,6 +83,10 @@ class Tally:
     @zl.request_handler(Get)
     async def get(self, req: Get) -> Count:
         return Count(self.value, self.context.ref.node_rid.value)
+
+    @zl.packet_handler(Mark)
+    async def mark(self, msg: Mark) -> None:
+        marks.append((msg.label, self.context.ref.node_rid.value))
 
 
 @app.instance_spot("move.Counter", relocation=zl.preserve_state_with(CounterState))
@@ -314,3 +329,196 @@ async def test_a_commit_whose_answer_is_lost_is_settled_by_reading_until_known(
             assert zl.RelocationOutcome.RELOCATED == result.outcome, result
             assert Count(9, target.node_rid.value) == await _get(target, "c-4").submit()
             assert zl.SpotId("c-4") not in source.host._tree.spots.activations
+
+
+@pytest.mark.spec("RELOC-60")
+async def test_a_sender_that_learns_the_new_owner_early_is_not_served_before_the_relay(
+    store_dsn: str,
+) -> None:
+    """ "before" waits on the source at the seal. The target host learns of the commit and sends
+    "after" straight to the Spot there before the source has relayed "before" (the commit is
+    answered only once "after" is admitted): the target runs "before" first."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    marks.clear()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
+        answer_commit = arrivals.on_request
+
+        async def commit_then_send_early(source_rid: Any, spot: Any, message: Any) -> Any:
+            answer = await answer_commit(source_rid, spot, message)
+            if type(message).__name__ == "RelocateCommit":
+                # The Spot is the target's now: a sender here reaches it directly.
+                await target.route.send_to_spot("c-3", Mark("after")).submit()
+            return answer
+
+        arrivals.on_request = commit_then_send_early
+        call = source.route.send_to_spot("c-3", Mark("first")).instance_spot("move.Counter")
+        await call.submit()
+        results: list[zl.RelocationResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def stall() -> None:
+                call = source.route.request_to_spot("c-3", Stall(), reply_type=Count)
+                await call.instance_spot("move.Counter").submit()
+
+            nursery.start_soon(stall)
+            await stalled.wait()
+            await source.route.send_to_spot("c-3", Mark("before")).submit()
+
+            async def relocate() -> None:
+                results.append(await source.host.relocate(deadline=20.0))
+
+            nursery.start_soon(relocate)
+            await trio.testing.wait_all_tasks_blocked()
+            go_on.set()
+        assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
+        # Queued behind "after" on the target: answered once all three ran.
+        await target.route.request_to_spot("c-3", Get(), reply_type=Count).submit()
+        moved_to = target.node_rid.value
+        assert [
+            ("first", source.node_rid.value),
+            ("before", moved_to),
+            ("after", moved_to),
+        ] == marks
+
+
+@pytest.mark.spec("RELOC-60")
+async def test_a_unit_whose_source_never_says_open_opens_after_the_request_timeout(
+    store_dsn: str,
+) -> None:
+    """The target never takes the source's ``RelocateOpen``: the moved Spot still serves there
+    once ``request_timeout`` has passed since the commit."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=source.mesh, request_timeout=0.5
+        ) as target,
+    ):
+        await _meet(source, target)
+        arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
+        arrivals.open = lambda source_rid, spot: RelocateAnswer(True)  # the word is lost
+        await source.route.send_to_spot("c-4", Add(2)).instance_spot("move.Counter").submit()
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        with trio.fail_after(5):
+            call = target.route.request_to_spot("c-4", Get(), reply_type=Count).timeout(4)
+            count = await call.submit()
+        assert Count(2, target.node_rid.value) == count
+
+
+@pytest.mark.spec("DEC-25")
+async def test_a_move_commits_although_the_sources_node_record_was_renewed_meanwhile(
+    store_dsn: str,
+) -> None:
+    """The source renews its node record between the move's start and its commit (as its lease
+    does every lease / 3): the commit, conditional on the moving record only, still applies."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.route.send_to_spot("c-5", Add(3)).instance_spot("move.Counter").submit()
+        authority = source.host._node.authority
+        hand_over = authority.hand_over
+        lease = source.host._tree.membership._own  # type: ignore[union-attr]
+        renewed: list[int | None] = []
+
+        async def renew_then_hand_over(*args: Any) -> Any:
+            before = lease._version
+            await lease.publish(first=False)
+            renewed.append(before if lease._version != before else None)
+            return await hand_over(*args)
+
+        authority.hand_over = renew_then_hand_over
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        assert renewed
+        assert None not in renewed  # the renewal did change the node record's version
+        count = await target.route.request_to_spot("c-5", Get(), reply_type=Count).submit()
+        assert Count(3, target.node_rid.value) == count
+
+
+@pytest.mark.spec("RELOC-66")
+async def test_a_target_that_never_hears_the_commit_reads_it_from_the_store(
+    store_dsn: str,
+) -> None:
+    """The target takes the source's ``RelocateCommit`` without acting on it (the word lost):
+    it reads the record, which names it, commits by itself and serves the Spot."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=source.mesh, request_timeout=0.5
+        ) as target,
+    ):
+        await _meet(source, target)
+        arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
+        answer = arrivals.on_request
+
+        async def lose_the_commit(source_rid: Any, spot: Any, message: Any) -> Any:
+            if type(message).__name__ == "RelocateCommit":
+                return RelocateAnswer(True)
+            return await answer(source_rid, spot, message)
+
+        arrivals.on_request = lose_the_commit
+        await source.route.send_to_spot("c-6", Add(6)).instance_spot("move.Counter").submit()
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        with trio.fail_after(10):
+            call = target.route.request_to_spot("c-6", Get(), reply_type=Count).timeout(8)
+            count = await call.submit()
+        assert Count(6, target.node_rid.value) == count
+        activation = target.host._tree.spots.activations[zl.SpotId("c-6")]  # type: ignore[union-attr]
+        assert activation.claim is not None
+        assert target.node_rid == activation.claim.record.owner
+
+
+@pytest.mark.spec("RELOC-66")
+async def test_a_target_drops_a_restored_unit_whose_source_is_gone(store_dsn: str) -> None:
+    """The source restores the Spot on the target, then never commits and shuts down: the target
+    reads that the record's owner run is gone and drops the unit; the id is then free for a new
+    incarnation."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=f"m-{uuid.uuid4().hex[:8]}"
+        ) as target,
+    ):
+        async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as source:
+            await _meet(source, target)
+            await _meet(target, source)
+            await source.route.send_to_spot("c-7", Add(7)).instance_spot("move.Counter").submit()
+            authority = source.host._node.authority
+            restored = trio.Event()
+
+            async def never_commit(*args: Any) -> Any:
+                restored.set()
+                await trio.sleep_forever()
+
+            authority.hand_over = never_commit
+            results: list[zl.RelocationResult] = []
+            async with trio.open_nursery() as nursery:
+
+                async def relocate() -> None:
+                    results.append(await source.host.relocate(deadline=30.0))
+
+                nursery.start_soon(relocate)
+                await restored.wait()
+                spots = target.host._tree.spots  # type: ignore[union-attr]
+                admitted = spots.activations[zl.SpotId("c-7")]  # admitted, sealed
+                await source.host.shutdown()
+        assert zl.RelocationReason.SHUTDOWN_REQUESTED == results[0].reason
+        with trio.fail_after(15):
+            await admitted.closed.wait()
+        assert zl.SpotId("c-7") not in spots.activations
+        call = target.route.request_to_spot("c-7", Get(), reply_type=Count)
+        count = await call.instance_spot("move.Counter").submit()
+        assert Count(0, target.node_rid.value) == count  # a new incarnation

@@ -31,6 +31,10 @@ created when shutdown begins has its creation cancelled at once (``creation``): 
 Ready, its caller gets ``SHUTTING_DOWN`` and its claim is released. There is no per-Actor
 closing callback (SPOT-49). Shutdown leaves the membership sets as they are, so a Spot's
 ``on_closing`` still sees its members.
+Rule 5: a seal for a move holds the lane at a turn boundary. The lane serves the front before
+the mailbox (ingress.py); while the Actor is sealed it puts the message in hand back in front
+and waits for the seal to end, so no turn starts (actors/sealing.py). A move's restored
+incarnation keeps the store record out of its hands until its commit (``keeps_record``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import attrs
 import trio
 
 from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.actors.ingress import ActorIngress
 from zlink_trio._runtime.declarations.registry import ActorType
 from zlink_trio._runtime.declarations.values import (
     ActorJoinCompletion,
@@ -52,10 +57,8 @@ from zlink_trio._runtime.declarations.values import (
 )
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
-from zlink_trio._runtime.engines.mailbox import Mailbox
 from zlink_trio._runtime.node.envelope import (
     Envelope,
-    admitted,
     expired,
     fail_one,
     handler_failed,
@@ -63,6 +66,7 @@ from zlink_trio._runtime.node.envelope import (
 )
 from zlink_trio._runtime.ownership.authority import Claim
 from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._runtime.spots.ingress import WAKE
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, ActorRef, SpotId, SpotKind
 
@@ -91,7 +95,7 @@ class DeferredJoin:
     join_id: int = attrs.field(factory=lambda: secrets.randbits(128) or 1)
 
 
-class ActorActivation:
+class ActorActivation(ActorIngress):
     """One incarnation of an Actor on this host."""
 
     def __init__(
@@ -108,7 +112,7 @@ class ActorActivation:
         self.actor_id = actor_id
         self._claim = claim
         self.state = ActorState.CREATING
-        self.mailbox = Mailbox[Envelope](node.config.mailbox_limit)
+        super().__init__(node)
         self.spot: Activation = catalog.spots.entry
         """The Spot this Actor is a member of (Rule 2)."""
         self.instance: Any = None
@@ -117,6 +121,9 @@ class ActorActivation:
         self.busy = False
         """Whether the lane is in a message's turn or the joins it deferred (a quiet check)."""
         self._drop_admitted = False
+        self.keeps_record = False
+        """The store record is another incarnation's (a move's source after the commit, or a
+        restore before it): closing leaves it alone."""
         self._turns = trio.CancelScope()
         self.creation = trio.CancelScope()
         """The creation of this activation (``creation.py``); shutdown cancels it (Rule 4)."""
@@ -176,61 +183,56 @@ class ActorActivation:
                 _log.warning("could not release the record of Actor %s: %s", self.actor_id, error)
         self.closed.set()
 
-    # --- admission -----------------------------------------------------------------------------
-
-    def offer(self, envelope: Envelope) -> None:
-        """Admit now; ``CAPACITY_EXCEEDED`` when the queue is full (mailbox.py Rule 1)."""
-        if not self.accepting:
-            raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
-        self.mailbox.offer(envelope, f"Actor {self.actor_id}")
-        if self.node.trace is not None:
-            self.node.trace(admitted(envelope, f"Actor {self.actor_id}"))
-
-    def try_put(self, envelope: Envelope) -> bool:
-        """``put`` without waiting: ``False`` when the queue is full."""
-        if not self.accepting:
-            raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
-        if not self.mailbox.try_put(envelope, f"Actor {self.actor_id}"):
-            return False
-        if self.node.trace is not None:
-            self.node.trace(admitted(envelope, f"Actor {self.actor_id}"))
-        return True
-
-    async def put(self, envelope: Envelope) -> None:
-        """Admit, waiting for room while the queue is full; a wait that the Actor's closing ends
-        is ``UNAVAILABLE``, or ``SHUTTING_DOWN`` with its host (CMP-7.9)."""
-        if not self.accepting:
-            raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
-        if not await self.mailbox.put(envelope):
-            raise self.node.not_admitted(f"Actor {self.actor_id}")
-        if self.node.trace is not None:
-            self.node.trace(admitted(envelope, f"Actor {self.actor_id}"))
-
     # --- the lane ------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """The lane: turns in queue order, each followed by the joins it deferred (Rules 1, 3)."""
+        front, receive = self.front, self.mailbox.receive.receive
         try:
             with self._turns:
-                async for envelope in self.mailbox.receive:
+                while True:
+                    if front:
+                        envelope, permit = front.popleft()
+                        await trio.lowlevel.checkpoint()
+                    else:
+                        try:
+                            envelope = await receive()
+                        except trio.EndOfChannel:
+                            break
+                        if envelope is WAKE:
+                            continue
+                        permit = True
+                    if (hold := self.hold) is not None and hold.forward is None:
+                        # Sealed: back in front, unrun, until the seal ends (sealing.py Rule 1).
+                        front.appendleft((envelope, permit))
+                        self.parked = True
+                        hold.quiet.set()
+                        try:
+                            await hold.ended.wait()
+                        finally:
+                            self.parked = False
+                        continue
                     if self._drop_admitted:
-                        self.node.jobs.release()
+                        if permit:
+                            self.node.jobs.release()
                         fail_one(self.node.dispatcher, envelope, self._gone())
                         continue
                     self.busy = True
-                    joins = await self._message_turn(envelope)
+                    joins = await self._message_turn(envelope, permit)
                     for join in joins:
                         if not self.accepting:
                             break
                         await self._run_join(join)
                     self.busy = False
+                    if self.hold is not None:
+                        self.hold.quiet.set()
         except Exception:
             _log.exception("the lane of Actor %s failed", self.actor_id)
         finally:
             with trio.CancelScope(shield=True):
                 await self._finish()
 
-    async def _message_turn(self, envelope: Envelope) -> list[DeferredJoin]:
+    async def _message_turn(self, envelope: Envelope, permit: bool) -> list[DeferredJoin]:
         handler = envelope.handler
         gate = self._gate()
         try:
@@ -242,7 +244,8 @@ class ActorActivation:
                     raise
         finally:
             # The job leaves the queue: failed or about to start (mailbox.py Rule 2).
-            self.node.jobs.release()
+            if permit:
+                self.node.jobs.release()
         turn = Turn(gate, actor=self)
         token = enter_turn(turn)
         if self.node.trace is not None:
@@ -415,6 +418,12 @@ class ActorActivation:
             return False
         if self.state is not ActorState.READY:
             return False
+        if (hold := self.hold) is not None and hold.forward is None:
+            if drain:  # only host shutdown breaks a seal (actors/sealing.py Rule 1)
+                raise ZLinkError(ErrorKind.UNAVAILABLE, f"Actor {self.actor_id} is sealed to move")
+            hold.broken = True
+            hold.quiet.set()
+            self.reopen()
         self.state = ActorState.CLOSING
         self._drop_admitted = not drain
         self.mailbox.close()
@@ -425,14 +434,21 @@ class ActorActivation:
         self.state = ActorState.CLOSED
         self.catalog.live.discard(self)
         self.mailbox.close()
-        for envelope in self.mailbox.take_all():
-            self.node.jobs.release()
-            fail_one(self.node.dispatcher, envelope, self._gone())
-        try:
-            with trio.move_on_after(self.node.config.store_release_timeout):
-                await self.node.authority.release(self._claim)
-        except ZLinkError as error:
-            _log.warning("could not release the record of Actor %s: %s", self.actor_id, error)
+        left = [*self.front, *((envelope, True) for envelope in self.mailbox.take_all())]
+        self.front.clear()
+        for envelope, permit in left:
+            if envelope is WAKE:
+                continue
+            if permit:
+                self.node.jobs.release()
+            if not self.keeps_record:  # else what it carries is still the source's
+                fail_one(self.node.dispatcher, envelope, self._gone())
+        if not self.keeps_record:
+            try:
+                with trio.move_on_after(self.node.config.store_release_timeout):
+                    await self.node.authority.release(self._claim)
+            except ZLinkError as error:
+                _log.warning("could not release the record of Actor %s: %s", self.actor_id, error)
         if self.catalog.actors.get(self.actor_id) is self:
             del self.catalog.actors[self.actor_id]
         self.instance = None  # the instance does not outlive its activation (SPOT-61)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from zlink_trio._runtime.calls.spot_calls import SpotCreateCall
 from zlink_trio._runtime.calls.targets import spot_id_of
+from zlink_trio._runtime.routing.closing import close
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio.ids import SpotRef, StableTypeName
 
@@ -35,4 +36,4 @@ class SpotManager:
         host cannot be reached."""
         if not isinstance(spot_ref, SpotRef):
             raise TypeError(f"close() takes a SpotRef, not {type(spot_ref).__name__}")
-        return await self._messaging.close(spot_ref)
+        return await close(self._messaging, spot_ref)

@@ -15,6 +15,8 @@ from zlink_trio.ids import StableTypeName
 __all__ = [
     "CLOSE_SPOT",
     "RELOCATE",
+    "RELOCATE_CHUNK",
+    "RELOCATE_OPEN",
     "RESERVED_PREFIX",
     "SYSTEM_MESSAGES",
     "CloseSpot",
@@ -23,6 +25,7 @@ __all__ = [
     "RelocateChunk",
     "RelocateCommit",
     "RelocateIn",
+    "RelocateOpen",
     "SpotClosed",
 ]
 
@@ -56,6 +59,9 @@ class RelocateIn:
     generation: int
     timers: bytes
     chunks: int
+    spot: str | None = None
+    """For an Actor that moves with its User Spot: that Spot's id (its ``RelocateIn`` came
+    first); ``None`` for an Actor of the Entry Spot and for a Spot."""
 
 
 @attrs.frozen
@@ -69,9 +75,17 @@ class RelocateChunk:
 
 @attrs.frozen
 class RelocateCommit:
-    """The authority record now names the target at ``version``: open the unit."""
+    """The authority record now names the target at ``version``: take the unit's messages
+    (what the source relays first, then the rest), and serve it at ``RelocateOpen``."""
 
     version: int
+    members: tuple[tuple[str, int], ...] = ()
+    """The member Actors that moved with the Spot, each with its record's version."""
+
+
+@attrs.frozen
+class RelocateOpen:
+    """Everything the source relays first has been sent before this: serve the unit."""
 
 
 @attrs.frozen
@@ -88,11 +102,14 @@ class RelocateAnswer:
 
 
 CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
+RELOCATE_OPEN = StableTypeName("zlink.RelocateOpen")
+RELOCATE_CHUNK = StableTypeName("zlink.RelocateChunk")
 RELOCATE = frozenset(
     {
         "zlink.RelocateIn",
         "zlink.RelocateChunk",
         "zlink.RelocateCommit",
+        "zlink.RelocateOpen",
         "zlink.RelocateAbort",
     }
 )
@@ -104,6 +121,7 @@ SYSTEM_MESSAGES: tuple[tuple[StableTypeName, type], ...] = (
     (StableTypeName("zlink.RelocateIn"), RelocateIn),
     (StableTypeName("zlink.RelocateChunk"), RelocateChunk),
     (StableTypeName("zlink.RelocateCommit"), RelocateCommit),
+    (StableTypeName("zlink.RelocateOpen"), RelocateOpen),
     (StableTypeName("zlink.RelocateAbort"), RelocateAbort),
     (StableTypeName("zlink.RelocateAnswer"), RelocateAnswer),
 )

@@ -269,7 +269,9 @@ async def open_host_on(
                 NodeRecord(
                     node_rid,
                     node_generation,
-                    types=[t.name for t in registry.spot_types.values()],
+                    # The Spot and Actor types it serves: a relocation's target must serve
+                    # every type it moves (host/relocation.py).
+                    types=list(dict.fromkeys([*registry.spot_types, *registry.actor_types])),
                     curve_key="" if curve_secret is None else curve_public(curve_secret).decode(),
                     # Peers send this run nothing larger, and reply with nothing larger (MSG-6).
                     max_message_bytes=config.max_message_bytes,

@@ -10,10 +10,18 @@ this host holds is rewritten, on its version, to name the target run with the sa
 generation (RELOC-23). Anything that fails before it (the target refuses or is unreachable, the
 deadline passes, the record moved, this run's lease is not good) aborts: the target drops what it
 prepared and the Spot serves here again as if never sealed (RELOC-36, SHUT-3.9).
-Rule 3: after the commit the target owns the unit. It is told to open it; then everything the
-seal kept here, queued first and held after, and whatever still reaches the sealed Spot, is
-relayed to it in order as the same sends and requests (routing/forward.py): a request's reply
-comes back here and completes its caller's call, so callers see one call with one outcome. The
+Rule 3: after the commit the target owns the unit. It is told so (``RelocateCommit``: it admits
+what others send, unrun); then everything the seal kept here, queued first and held after, is
+relayed to it in order as the same sends and requests (routing/forward.py), and
+``RelocateOpen`` follows on the same connection, so the target serves the relayed messages
+before anything a sender sent it directly (per-sender order, RELOC-60). A request's reply comes
+back here and completes its caller's call, so callers see one call with one outcome; whatever
+still reaches the sealed Spot is relayed after.
+Rule 4: a User Spot moves with its member Actors (RELOC-6, RELOC-64). They are sealed with it
+(actors/sealing.py ``seal_with_members``), each announced after the Spot with the Spot's id,
+and the commit is one conditional batch over the Spot's record and every member's: all move or
+none does. The target admits and opens them together; an abort drops them together. An Actor of
+the Entry Spot moves alone the same way (``move_actor``). The
 Spot closes here with ``RELOCATION_OUT`` and leaves the record alone, and what reaches this
 host for it later is relayed for the follow window (routing/follow.py, RELOC-49).
 """
@@ -22,66 +30,184 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from typing import Protocol
 
+import attrs
 import cbor2
 import trio
 
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.sealing import SealedActor, seal_actor, seal_with_members
 from zlink_trio._runtime.declarations.system import (
     RelocateAbort,
     RelocateAnswer,
     RelocateChunk,
     RelocateCommit,
     RelocateIn,
+    RelocateOpen,
 )
-from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.node.envelope import Envelope, fail_one
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.ownership.authority import Claim
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.routing.follow import Moved
-from zlink_trio._runtime.routing.forward import forward
+from zlink_trio._runtime.routing.forward import relay
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
-from zlink_trio._runtime.spots.sealing import SealedSpot, seal
+from zlink_trio._runtime.spots.sealing import seal
 from zlink_trio._runtime.spots.transfer import payload_chunks, timer_state_to_wire
-from zlink_trio.errors import ZLinkError
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ActorId, SpotId, SpotKind, StableTypeName
 from zlink_trio.options import RelocationReason
 
-__all__ = ["move_spot"]
+__all__ = ["MoveTimes", "move_actor", "move_spot"]
 
 _log = logging.getLogger("zlink_trio.runtime.relocation")
+
+
+@attrs.frozen
+class MoveTimes:
+    """When one completed move passed each step, on Trio's clock of the source (seconds)."""
+
+    spot_id: str
+    """The id of the moved unit (a Spot's, or an Actor's)."""
+    payload_bytes: int
+    """The adapter payloads of the unit and its members, together."""
+    sealing: float
+    """The seal began: from here on what reaches the unit is held."""
+    sealed: float
+    """The running turns had ended."""
+    prepared: float
+    """The target had restored the units (its last answer before the commit)."""
+    committed: float
+    """The records named the target."""
+    opened: float
+    """The target had been told to serve the units after the relay of what waited here."""
+
+
+class _Sealed(Protocol):
+    """What ``SealedSpot`` and ``SealedActor`` share (spots/sealing.py, actors/sealing.py)."""
+
+    @property
+    def claim(self) -> Claim: ...
+
+    async def capture_payload(self) -> bytes | None: ...
+
+    def abort(self) -> None: ...
+
+    def detach(self, forward: Callable[[Envelope], None], *, closing: bool = True) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@attrs.frozen
+class _Unit:
+    """One unit on its way out: its id, how it is named on the wire and how it ends here."""
+
+    target: SpotId | ActorId
+    node: LocalNode
+    sealed: _Sealed
+    entries: tuple[Envelope, ...]
+    """What the capture took, in order: the target runs these."""
+    announce: Callable[[int], RelocateIn]
+    """The ``RelocateIn`` for a payload of that many chunks."""
+    instance_type: StableTypeName | None
+    closed: trio.Event
 
 
 async def move_spot(
     remote: Remote, moved: Moved, activation: Activation, target: NodeRecord, deadline: float
 ) -> RelocationReason | None:
-    """Move ``activation`` to ``target`` before ``deadline`` (Trio's clock); ``None`` once the
-    target owns it, else why it stayed here (Rules 1-3)."""
-    node = activation.node
+    """Move ``activation`` (with its member Actors, if any) to ``target`` before ``deadline``
+    (Trio's clock); ``None`` once the target owns it, else why it stayed here (Rules 1-4)."""
     with trio.move_on_at(deadline):
         await activation.settled.wait()  # a Spot still activating is moved once it is Ready
+    sealing = trio.current_time()
     try:
-        sealed = await seal(activation)
+        if activation.members:
+            sealed, members = await seal_with_members(activation)
+        else:
+            sealed, members = await seal(activation), []
     except ZLinkError as error:
         _log.info("%s cannot be moved now: %s", activation.spot_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
+    snapshot = sealed.capture()
+    timers = cbor2.dumps([timer_state_to_wire(state) for state in snapshot.timers])
+    kind, name = int(activation.kind), activation.spot_type.name.value
+    generation = snapshot.generation.value
+    units = [
+        _Unit(
+            activation.spot_id,
+            activation.node,
+            sealed,
+            snapshot.entries,
+            lambda chunks: RelocateIn(kind, name, generation, timers, chunks),
+            activation.spot_type.name if activation.kind is SpotKind.INSTANCE else None,
+            activation.closed,
+        )
+    ]
+    units.extend(_actor_unit(member, activation.spot_id.value) for member in members)
+    return await _move(remote, moved, units, target, deadline, sealing)
+
+
+async def move_actor(
+    remote: Remote, moved: Moved, actor: ActorActivation, target: NodeRecord, deadline: float
+) -> RelocationReason | None:
+    """``move_spot`` for an Actor of the Entry Spot (Rules 1-3)."""
+    sealing = trio.current_time()
     try:
-        snapshot = sealed.capture()
-        payload = await sealed.capture_payload()
+        sealed = await seal_actor(actor)
+    except ZLinkError as error:
+        _log.info("Actor %s cannot be moved now: %s", actor.actor_id, error)
+        return RelocationReason.STATE_INCOMPATIBLE
+    return await _move(remote, moved, [_actor_unit(sealed, None)], target, deadline, sealing)
+
+
+def _actor_unit(sealed: SealedActor, spot: str | None) -> _Unit:
+    actor = sealed.actor
+    snapshot = sealed.capture()
+    name, generation = actor.actor_type.name.value, snapshot.generation.value
+    no_timers = cbor2.dumps([])
+    return _Unit(
+        actor.actor_id,
+        actor.node,
+        sealed,
+        snapshot.entries,
+        lambda chunks: RelocateIn(int(SpotKind.INVALID), name, generation, no_timers, chunks, spot),
+        None,
+        actor.closed,
+    )
+
+
+async def _move(
+    remote: Remote,
+    moved: Moved,
+    units: list[_Unit],
+    target: NodeRecord,
+    deadline: float,
+    sealing: float,
+) -> RelocationReason | None:
+    """Rules 1-2 for a unit and the Actors that move with it (``units[1:]``, Rule 4)."""
+    sealed_at = prepared = trio.current_time()
+    primary = units[0]
+    node, unit_id = primary.node, primary.target
+    try:
+        payloads = [await unit.sealed.capture_payload() for unit in units]
     except Exception as error:
-        _log.warning("capturing %s failed; it serves on here: %s", activation.spot_id, error)
-        sealed.abort()
+        _log.warning("capturing %s failed; it serves on here: %s", unit_id, error)
+        _abort(units)
         return RelocationReason.STATE_INCOMPATIBLE
     owner = Owner(target.rid)
-    spot_id = activation.spot_id
     limit = node.config.relocation_payload_chunk_limit_bytes
-    chunks = [] if payload is None else payload_chunks(payload, limit)
-    timers = cbor2.dumps([timer_state_to_wire(state) for state in snapshot.timers])
 
-    async def ask(message: object) -> RelocateAnswer:
+    async def ask(about: SpotId | ActorId, message: object) -> RelocateAnswer:
         left = deadline - trio.current_time()
         if left <= 0:
             raise trio.TooSlowError
         answer = await remote.request(
-            owner, spot_id, message, RelocateAnswer, {}, None, node.clock.now() + left
+            owner, about, message, RelocateAnswer, {}, None, node.clock.now() + left
         )
         assert isinstance(answer, RelocateAnswer)  # remote.request checked the reply's class
         return answer
@@ -89,76 +215,144 @@ async def move_spot(
     handed = None
     reason = RelocationReason.RELOCATION_FAILED
     try:
-        kind, name = int(activation.kind), activation.spot_type.name.value
-        answer = await ask(RelocateIn(kind, name, snapshot.generation.value, timers, len(chunks)))
-        for index, chunk in enumerate(chunks):
+        answer = RelocateAnswer(True)
+        for unit, payload in zip(units, payloads, strict=True):
+            chunks = [] if payload is None else payload_chunks(payload, limit)
+            answer = await ask(unit.target, unit.announce(len(chunks)))
+            for index, chunk in enumerate(chunks):
+                if not answer.ok:
+                    break
+                answer = await ask(unit.target, RelocateChunk(index, len(chunks), chunk))
             if not answer.ok:
                 break
-            answer = await ask(RelocateChunk(index, len(chunks), chunk))
         if not answer.ok:
-            _log.warning("%s refused %s: %s", target.rid, spot_id, answer.why)
+            _log.warning("%s refused %s: %s", target.rid, unit_id, answer.why)
             reason = RelocationReason.STATE_INCOMPATIBLE
         else:
+            prepared = trio.current_time()
             node.fence.check()
-            handed = await node.authority.hand_over(sealed.claim, target.rid, target.generation)
+            claims = [unit.sealed.claim for unit in units]
+            handed = await node.authority.hand_over(claims, target.rid, target.generation)
     except trio.TooSlowError:
         reason = RelocationReason.DEADLINE_EXCEEDED
     except ZLinkError as error:
-        _log.warning("moving %s to %s failed before its commit: %s", spot_id, target.rid, error)
+        _log.warning("moving %s to %s failed before its commit: %s", unit_id, target.rid, error)
     if handed is None:
         with trio.CancelScope(shield=True), trio.move_on_after(node.config.request_timeout):
             try:
-                await ask(RelocateAbort())
+                await ask(unit_id, RelocateAbort())  # the target drops the members with it
             except (ZLinkError, trio.TooSlowError) as error:
-                _log.info("could not tell %s to drop %s: %s", target.rid, spot_id, error)
-        sealed.abort()
+                _log.info("could not tell %s to drop %s: %s", target.rid, unit_id, error)
+        _abort(units)
         return reason
-    # From its close on, what still reaches this host for it is relayed (routing/follow.py).
-    moved.follow(spot_id, target.rid)
-    await _hand_over(remote, sealed, activation, target, handed.version, snapshot.entries)
+    for unit in units:
+        # From its close on, what still reaches this host for it is relayed (routing/follow.py).
+        moved.follow(unit.target, target.rid)
+    members = tuple(
+        (unit.target.value, claim.version)
+        for unit, claim in zip(units[1:], handed[1:], strict=True)
+    )
+    committed = trio.current_time()
+    opened = await _hand_over(remote, units, target, RelocateCommit(handed[0].version, members))
+    if _log.isEnabledFor(logging.DEBUG):
+        size = sum(0 if payload is None else len(payload) for payload in payloads)
+        times = MoveTimes(unit_id.value, size, sealing, sealed_at, prepared, committed, opened)
+        _log.debug("%s", times)
     return None
 
 
+def _abort(units: list[_Unit]) -> None:
+    """Serve here again: the members first, so the Spot's first turn finds them serving."""
+    for unit in reversed(units):
+        unit.sealed.abort()
+
+
 async def _hand_over(
+    remote: Remote, units: list[_Unit], target: NodeRecord, commit: RelocateCommit
+) -> float:
+    """Rule 3: commit on the target, relay what stayed here, open there, close here; returns
+    when the target was told to open (Trio's clock)."""
+    opened: list[float] = []
+    primary = units[0]
+    node = primary.node
+    await _tell(remote, primary, target, commit)
+    send, receive = trio.open_memory_channel[tuple[_Unit, Envelope]](math.inf)
+
+    def to_relay(unit: _Unit) -> Callable[[Envelope], None]:
+        def relayed(envelope: Envelope) -> None:
+            try:
+                send.send_nowait((unit, envelope))
+            except trio.ClosedResourceError:  # reached it after it closed here
+                gone = f"{unit.target} moved to {target.rid}"
+                fail_one(node.dispatcher, envelope, ZLinkError(ErrorKind.UNAVAILABLE, gone))
+
+        return relayed
+
+    for unit in units:
+        # It stays registered, forwarding what reaches it, until the target opens it.
+        unit.sealed.detach(to_relay(unit), closing=False)
+
+    async def relay_all(replies: trio.Nursery) -> None:
+        # What this host admitted before the commit goes first, then the target opens the
+        # units (arrivals.py Rule 3); the replies are waited for beside the relay.
+        for unit in units:
+            await _relay(remote, unit, target, list(unit.entries), replies)
+        while True:
+            try:
+                unit, envelope = receive.receive_nowait()
+            except trio.WouldBlock:
+                break
+            await _relay(remote, unit, target, [envelope], replies)
+        await _tell(remote, primary, target, RelocateOpen())
+        opened.append(trio.current_time())
+        for unit in reversed(units):  # the members leave before their Spot closes
+            unit.sealed.close()
+        async with receive:
+            async for unit, envelope in receive:
+                await _relay(remote, unit, target, [envelope], replies)
+
+    async with trio.open_nursery() as relaying:
+        relaying.start_soon(relay_all, relaying)
+        for unit in units:
+            await unit.closed.wait()
+        send.close()
+    return opened[0] if opened else trio.current_time()
+
+
+async def _relay(
     remote: Remote,
-    sealed: SealedSpot,
-    activation: Activation,
+    unit: _Unit,
     target: NodeRecord,
-    version: int,
-    captured: tuple[Envelope, ...],
+    envelopes: list[Envelope],
+    replies: trio.Nursery,
 ) -> None:
-    """Rule 3: open the unit on the target, relay what stayed here, close here."""
-    node = activation.node
+    await relay(
+        remote,
+        unit.node,
+        unit.target,
+        unit.instance_type,
+        target.rid,
+        envelopes,
+        permits_held=False,
+        replies=replies,
+    )
+
+
+async def _tell(remote: Remote, unit: _Unit, target: NodeRecord, what: object) -> None:
+    """Send the target one of the move's requests after the commit; a failure is logged: the
+    record names the target, which owns the unit whether or not it heard (Rule 3)."""
+    node = unit.node
     try:
         answer = await remote.request(
             Owner(target.rid),
-            activation.spot_id,
-            RelocateCommit(version),
+            unit.target,
+            what,
             RelocateAnswer,
             {},
             None,
             node.clock.now() + node.config.request_timeout,
         )
         if isinstance(answer, RelocateAnswer) and not answer.ok:
-            _log.error(
-                "%s did not open %s after its commit: %s",
-                target.rid,
-                activation.spot_id,
-                answer.why,
-            )
+            _log.error("%s answered %r for %s: %s", target.rid, what, unit.target, answer.why)
     except ZLinkError as error:
-        # The record names the target: it owns the unit whether or not it heard (Rule 3).
-        _log.error("telling %s to open %s failed: %s", target.rid, activation.spot_id, error)
-    send, receive = trio.open_memory_channel[Envelope](math.inf)
-    sealed.detach(send.send_nowait)
-
-    async def relay() -> None:
-        await forward(remote, activation, target.rid, list(captured), permits_held=False)
-        async with receive:
-            async for envelope in receive:
-                await forward(remote, activation, target.rid, [envelope], permits_held=False)
-
-    async with trio.open_nursery() as relaying:
-        relaying.start_soon(relay)
-        await activation.closed.wait()
-        send.close()
+        _log.error("telling %s %r for %s failed: %s", target.rid, what, unit.target, error)

@@ -26,11 +26,11 @@ Rule 5: shutdown wins. Once shutdown starts, a running operation ends
 ``BLOCKED/SHUTDOWN_REQUESTED`` and a new one is refused the same way (SHUT-3.4, SHUT-7.1); no
 blocked relocation shuts the host down, and a host that was RELOCATING serves again (SHUT-3.9,
 SHUT-3.11).
-Rule 6: with a target found, the host becomes RELOCATING and moves its Spots one at a time
-(host/moving.py); the first that stays here ends the operation with its reason, what moved
-before it stays moved and the host serves again (SHUT-3.10). Moving Actors (alone or as members
-of a User Spot) is not built yet: a host holding one is blocked ``STATE_INCOMPATIBLE`` before
-anything is sealed.
+Rule 6: with a target found, the host becomes RELOCATING and moves its Spots one at a time,
+each User Spot with its member Actors, then the Actors of the Entry Spot (host/moving.py); the
+first that stays here ends the operation with its reason, what moved before it stays moved and
+the host serves again (SHUT-3.10). A target must serve every type to move (its node record lists
+the Spot and Actor types it serves).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import trio
 
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
-from zlink_trio._runtime.host.moving import move_spot
+from zlink_trio._runtime.host.moving import move_actor, move_spot
 from zlink_trio._runtime.host.status import StatusBoard
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
@@ -209,11 +209,8 @@ class Relocator:
             return RelocationReason.RELOCATION_DISABLED
         if not units:
             return await self._relocate_nothing(deadline)
-        if any(actor.accepting for actor in self._actors.live):
-            _log.warning("relocation blocked: moving Actors is not built yet (issue 14)")
-            return RelocationReason.STATE_INCOMPATIBLE
-        # Node records list the Spot types a host serves.
-        types = {name for name, _policy in units if name in self._node.registry.spot_types}
+        # Node records list the Spot and Actor types a host serves.
+        types = {name for name, _policy in units}
         target: NodeRecord | None = None
         with trio.move_on_at(deadline):
             target = await self._target(conditions, types)
@@ -230,7 +227,23 @@ class Relocator:
             reason = await move_spot(self.remote, self.moved, activation, target, deadline)
             if reason is not None:
                 return reason
+        for actor in self._actors_to_move():
+            reason = await move_actor(self.remote, self.moved, actor, target, deadline)
+            if reason is not None:
+                return reason
         return await self._relocate_nothing(deadline)
+
+    def _actors_to_move(self) -> list[ActorActivation]:
+        """Every Ready Actor of the Entry Spot, in id order (a member of a User Spot moved with
+        it)."""
+        return sorted(
+            (
+                actor
+                for actor in self._actors.live
+                if actor.accepting and actor.spot.kind is SpotKind.ENTRY
+            ),
+            key=lambda actor: actor.actor_id.value,
+        )
 
     def _spots_to_move(self) -> list[Activation]:
         """Every live Spot but the Entry Spot (which stays), in id order."""

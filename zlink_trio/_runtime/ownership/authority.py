@@ -161,6 +161,13 @@ class SpotAuthority:
         found = await self._store.read(self._record_key(spot_id))
         return SpotRecord.decode(found.value) if isinstance(found, Found) else None
 
+    async def read_claim(self, spot_id: SpotId | ActorId) -> Claim | None:
+        """The authority record of ``spot_id`` with its version, or ``None``."""
+        found = await self._store.read(self._record_key(spot_id))
+        if not isinstance(found, Found):
+            return None
+        return Claim(spot_id, SpotRecord.decode(found.value), found.version)
+
     async def claim(
         self, spot_id: SpotId | ActorId, kind: SpotKind, type_name: StableTypeName
     ) -> Claim | Held:
@@ -248,37 +255,63 @@ class SpotAuthority:
         return Claim(claim.spot_id, ready, written.versions[0])
 
     async def hand_over(
-        self, claim: Claim, owner: NodeRid, owner_generation: NodeGeneration
-    ) -> Claim | None:
-        """Give the id's authority to another node run, keeping the object generation (a
-        relocation's commit): the record this node holds at ``claim.version`` now names
-        ``owner``; ``None`` when the record was no longer ours (Rule 3). An unknown outcome is
-        settled by reading the record, as often as it takes (Rule 4): neither side may serve the
-        unit while it is unknown, so this returns only once it is known (or is cancelled)."""
-        moved = attrs.evolve(
-            claim.record, owner=owner, owner_generation=owner_generation, state=READY
+        self, claims: list[Claim], owner: NodeRid, owner_generation: NodeGeneration
+    ) -> list[Claim] | None:
+        """Give the ids' authority to another node run, keeping each object generation (a
+        relocation's commit), in one conditional batch: every record this node holds at its
+        claim's version now names ``owner``; ``None`` when any was no longer ours, and then none
+        changed (Rule 3). An unknown outcome is settled by reading the records, as often as it
+        takes (Rule 4): neither side may serve the units while it is unknown, so this returns
+        only once it is known (or is cancelled)."""
+        moved = [
+            attrs.evolve(claim.record, owner=owner, owner_generation=owner_generation, state=READY)
+            for claim in claims
+        ]
+        keys = [self._record_key(claim.spot_id) for claim in claims]
+        batch = Batch(
+            [IfVersion(key, claim.version) for key, claim in zip(keys, claims, strict=True)],
+            [Put(key, record.encode()) for key, record in zip(keys, moved, strict=True)],
         )
-        key = self._record_key(claim.spot_id)
         try:
-            written = await self._store.write(
-                Batch([IfVersion(key, claim.version)], [Put(key, moved.encode())])
-            )
+            written = await self._store.write(batch)
         except ZLinkError as error:
-            _log.warning("the hand-over of %s has an unknown outcome: %s", claim.spot_id, error)
+            _log.warning("the hand-over of %s has an unknown outcome: %s", keys[0], error)
             pause = _REREAD_FIRST
             while True:
                 try:
-                    found = await self._store.read(key)
+                    found = await self._store.read(keys[0])
                     break
                 except ZLinkError:
                     await trio.sleep(pause)
                     pause = min(pause * 2, _REREAD_MOST)
-            if isinstance(found, Found) and SpotRecord.decode(found.value) == moved:
-                return Claim(claim.spot_id, moved, found.version)
-            return None  # the record is as it was, or not ours: nothing was handed over
+            # One batch: the first record tells what became of all of them.
+            if isinstance(found, Found) and SpotRecord.decode(found.value) == moved[0]:
+                return await self._read_claims(claims, moved)
+            return None  # the records are as they were, or not ours: nothing was handed over
         if not isinstance(written, Applied):
             return None
-        return Claim(claim.spot_id, moved, written.versions[0])
+        return [
+            Claim(claim.spot_id, record, version)
+            for claim, record, version in zip(claims, moved, written.versions, strict=True)
+        ]
+
+    async def _read_claims(self, claims: list[Claim], moved: list[SpotRecord]) -> list[Claim]:
+        """The claims a hand-over that did commit wrote, read back for their versions."""
+        result: list[Claim] = []
+        for claim, record in zip(claims, moved, strict=True):
+            pause = _REREAD_FIRST
+            while True:
+                try:
+                    found = await self._store.read(self._record_key(claim.spot_id))
+                    break
+                except ZLinkError:
+                    await trio.sleep(pause)
+                    pause = min(pause * 2, _REREAD_MOST)
+            # Nothing but the new owner writes these records now; a missing one was reclaimed
+            # or released by it, and its version no longer matters to the source.
+            version = found.version if isinstance(found, Found) else 0
+            result.append(Claim(claim.spot_id, record, version))
+        return result
 
     async def release(self, claim: Claim) -> bool:
         """Delete the record this node wrote; ``False`` when it was no longer ours (Rule 3)."""

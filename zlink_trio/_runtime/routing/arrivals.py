@@ -1,164 +1,399 @@
-"""The target's side of a Spot's move (specs/relocation.md RELOC-47..RELOC-50; the source's
-side is host/moving.py).
+"""The target's side of a unit's move: a Spot, an Actor, a User Spot with its members
+(specs/relocation.md RELOC-47..RELOC-50, RELOC-60..RELOC-66; the source's side is
+host/moving.py).
 
 Rule 1: a move arrives as the framework's requests from the source, in order on the source's
 connection: ``zlink.RelocateIn`` (the unit and its timers), one ``zlink.RelocateChunk`` per
-payload chunk when the type has an adapter, then ``zlink.RelocateCommit`` or
-``zlink.RelocateAbort``. Each is answered with ``zlink.RelocateAnswer``.
-Rule 2: the unit is restored before the commit and reachable only after it. Once every chunk is
-in, a fresh instance is made and restored (spots/sealing.py ``prepare_restore``) and kept aside,
-not in the catalog: nothing on this host can reach it while the store still names the source.
-A restore that fails answers ``ok=False`` with the reason; the source then keeps the unit.
-Rule 3: the commit opens it. ``RelocateCommit`` carries the version of the record that names
-this host now; the unit takes that claim, joins the catalog and serves: what the source relays
-after the commit (its queue, then what still reaches it) arrives as ordinary messages, in order.
-Rule 4: an abort, a new ``RelocateIn`` for the same id, or this host's shutdown drops what was
-prepared (its instance closes without a turn).
+payload chunk when the type has an adapter (taken by the reader itself, in order), then
+``zlink.RelocateCommit`` or ``zlink.RelocateAbort``, and after a commit ``zlink.RelocateOpen``.
+Each is answered with ``zlink.RelocateAnswer``.
+Rule 2: the unit is restored and admitted, sealed, before the commit. Once every chunk is in, a
+fresh instance is made and restored (``prepare_restore``, ``prepare_actor_restore``) and put in
+the catalog at once, serving nothing: whatever reaches it (a peer that read the commit before
+this host heard of it, this host's own callers) waits in it, and it keeps its hands off the
+store record, which is still the source's (RELOC-65). A restore that fails answers
+``ok=False`` with the reason; the source then keeps the unit.
+Rule 3: the commit gives it the record; the source's ``RelocateOpen`` lets it serve.
+``RelocateCommit`` carries the version of the record that names this host now. What the source
+relays until its ``RelocateOpen`` (the messages it held, in the order it admitted them) goes in
+front of what waited (``relayed``), so a sender that learned the new owner early is not served
+ahead of what it sent before the move: per-sender order holds (RELOC-60). ``RelocateOpen``
+travels on the same connection after the relay, so it arrives after the last relayed message;
+then the unit serves.
+Rule 4: an abort, a new ``RelocateIn`` for the same id, or the store's word that the source is
+gone drops what was prepared: its instance closes without a turn, what it carried is dropped
+(the source has it), and what waited in it goes back to the source, in order.
+Rule 5: a User Spot's members move with it. Each member's ``RelocateIn`` names the Spot, whose
+own came first; each member is admitted as a member of the restored Spot; the Spot's
+``RelocateCommit`` lists every member with its record's version (one batch wrote them all), and
+its ``RelocateOpen`` opens them all. An abort of the Spot drops its members too.
+Rule 6: what the source does not say, the store does (RELOC-66). A unit not committed
+``request_timeout`` after its restore is looked up: a record naming this host is a commit whose
+word was lost; a record that is gone, or whose owner's run is no longer live, means the source
+can no longer commit, and the unit is dropped; anything else is read again later. A committed
+unit that gets no ``RelocateOpen`` within ``request_timeout`` opens by itself.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 import attrs
-import cbor2
+import trio
 
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.actors.sealing import ActorSnapshot, RestoredActor, prepare_actor_restore
+from zlink_trio._runtime.declarations.registry import ActorType, SpotType
+from zlink_trio._runtime.declarations.relocation import AdapterFailure
 from zlink_trio._runtime.declarations.system import (
     RelocateAbort,
     RelocateAnswer,
     RelocateChunk,
     RelocateCommit,
     RelocateIn,
+    RelocateOpen,
 )
+from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.ownership.authority import READY, Claim, SpotRecord
+from zlink_trio._runtime.routing.forward import relay
+from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.sealing import RestoredSpot, SpotSnapshot, prepare_restore
-from zlink_trio._runtime.spots.transfer import PayloadAssembly, timer_state_from_wire
+from zlink_trio._runtime.spots.transfer import PayloadAssembly, timer_states_from_wire
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import NodeRid, ObjectGeneration, SpotId, SpotKind, StableTypeName
+from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotKind, StableTypeName
 
 __all__ = ["Arrivals"]
 
 _log = logging.getLogger("zlink_trio.runtime.relocation")
 
 
+Restored = RestoredSpot | RestoredActor
+Restore = Callable[[Claim, bytes | None], Awaitable[Restored]]
+
+
 @attrs.define
 class _Arriving:
     source: NodeRid
-    snapshot: SpotSnapshot
+    record: SpotRecord
+    """The unit's record as the source holds it; the commit names this host in it (Rule 3)."""
+    restore: Restore
     assembly: PayloadAssembly | None
-    restored: RestoredSpot | None = None
+    restored: Restored | None = None
+    committed: bool = False
+    committing: trio.Event = attrs.field(factory=trio.Event)
+    """Set at the commit, or when the unit is dropped: the settling task looks again."""
+    opened: trio.Event = attrs.field(factory=trio.Event)
+    spot: SpotId | None = None
+    """For an Actor moving with its User Spot: that Spot."""
+    members: list[ActorId] = attrs.field(factory=list)
+    """The Actors moving with this User Spot, in the order announced (Rule 5)."""
 
 
 class Arrivals:
     """The units moving to this host, by id (Rules 1-4)."""
 
-    def __init__(self, spots: SpotCatalog[Activation]) -> None:
+    def __init__(
+        self,
+        spots: SpotCatalog[Activation],
+        actors: ActorCatalog[ActorActivation],
+        remote: Remote,
+    ) -> None:
         self._spots = spots
+        self._actors = actors
+        self._remote = remote
         self._node = spots.node
-        self._arriving: dict[SpotId, _Arriving] = {}
+        self._arriving: dict[SpotId | ActorId, _Arriving] = {}
 
-    async def on_request(self, source: NodeRid, target: object, message: object) -> RelocateAnswer:
+    @property
+    def under_way(self) -> bool:
+        """Whether any unit is moving here (the reader's cheap first check)."""
+        return bool(self._arriving)
+
+    async def on_request(
+        self, source: NodeRid, target: SpotId | ActorId, message: object
+    ) -> RelocateAnswer:
         """Answer one of the move's requests from ``source`` for ``target`` (Rule 1)."""
-        if not isinstance(target, SpotId):
-            raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "a Spot's move names a Spot id")
         self._node.check_admitting()
         if isinstance(message, RelocateIn):
-            return await self._begin(source, target, message)
+            self.drop(target)
+            if isinstance(target, SpotId):
+                return await self._begin_spot(source, target, message)
+            return await self._begin_actor(source, target, message)
         arriving = self._arriving.get(target)
         if arriving is None or arriving.source != source:
             return RelocateAnswer(False, f"no move of {target} from {source} is under way here")
+        if arriving.committed and not isinstance(message, RelocateOpen):
+            return RelocateAnswer(False, f"{target} was committed here already")
         if isinstance(message, RelocateChunk):
-            assert arriving.assembly is not None  # a type without an adapter sends no chunk
-            arriving.assembly.add(message.index, message.count, message.data)
-            if arriving.assembly.complete:
-                return await self._restore(target, arriving, arriving.assembly.payload)
-            return RelocateAnswer(True)
+            taken = self.take_chunk(source, target, message)
+            return await self.restore_assembled(target) if taken is None else taken
         if isinstance(message, RelocateCommit):
-            return self._open(target, arriving, message.version)
+            return self._commit(target, arriving, message.version, message.members)
+        if isinstance(message, RelocateOpen):
+            return self.open(source, target)
         if isinstance(message, RelocateAbort):
             self.drop(target)
             return RelocateAnswer(True)
         raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"not a move's request: {message!r}")
 
-    async def _begin(self, source: NodeRid, target: SpotId, message: RelocateIn) -> RelocateAnswer:
-        self.drop(target)
+    def take_chunk(
+        self, source: NodeRid, target: SpotId | ActorId, message: RelocateChunk
+    ) -> RelocateAnswer | None:
+        """Add one payload chunk, from the reader itself so the chunks stay in their order
+        (Rule 1); ``None`` when it was the last: ``restore_assembled`` answers then."""
+        arriving = self._arriving.get(target)
+        if arriving is None or arriving.source != source:
+            return RelocateAnswer(False, f"no move of {target} from {source} is under way here")
+        if arriving.committed:
+            return RelocateAnswer(False, f"{target} was committed here already")
+        if arriving.assembly is None:
+            raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"{target} takes no payload")
+        arriving.assembly.add(message.index, message.count, message.data)
+        return None if arriving.assembly.complete else RelocateAnswer(True)
+
+    async def restore_assembled(self, target: SpotId | ActorId) -> RelocateAnswer:
+        """Restore the unit whose payload ``take_chunk`` completed."""
+        arriving = self._arriving.get(target)
+        if arriving is None or arriving.assembly is None or not arriving.assembly.complete:
+            return RelocateAnswer(False, f"no payload of {target} is complete here")
+        return await self._restore(target, arriving, arriving.assembly.payload)
+
+    async def _begin_spot(
+        self, source: NodeRid, target: SpotId, message: RelocateIn
+    ) -> RelocateAnswer:
         spot_type = self._node.registry.spot_types.get(StableTypeName(message.type_name))
         if spot_type is None or int(spot_type.kind) != message.kind:
             return RelocateAnswer(False, f"no {message.type_name} Spot type is served here")
         if target in self._spots.activations:
             return RelocateAnswer(False, f"{target} is live here already")
         now = self._node.clock.now()
-        try:
-            states = cbor2.loads(message.timers)
-            if not isinstance(states, list):
-                raise TypeError("timers are a list")
-        except (ValueError, TypeError, cbor2.CBORDecodeError) as error:
-            raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"a move's timers: {error}") from None
         snapshot = SpotSnapshot(
             target,
             spot_type.name,
             ObjectGeneration(message.generation),
             (),
-            tuple(timer_state_from_wire(state, now) for state in states),
+            timer_states_from_wire(message.timers, now),
             now,
         )
-        adapter = spot_type.relocation.adapter
+
+        async def restore(claim: Claim, payload: bytes | None) -> Restored:
+            return await prepare_restore(self._spots, snapshot, claim, payload)
+
+        kind = SpotKind(spot_type.kind)
+        return await self._begin(source, target, message, kind, spot_type, restore)
+
+    async def _begin_actor(
+        self, source: NodeRid, target: ActorId, message: RelocateIn
+    ) -> RelocateAnswer:
+        actor_type = self._node.registry.actor_types.get(StableTypeName(message.type_name))
+        if actor_type is None or message.kind != int(SpotKind.INVALID):
+            return RelocateAnswer(False, f"no {message.type_name} Actor type is served here")
+        if target in self._actors.actors:
+            return RelocateAnswer(False, f"Actor {target} is live here already")
+        if timer_states_from_wire(message.timers, 0.0):
+            raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "an Actor has no timers (ACT-3)")
+        generation = ObjectGeneration(message.generation)
+        snapshot = ActorSnapshot(target, actor_type.name, generation, ())
+        if message.spot is not None:
+            spot = self._arriving.get(SpotId(message.spot))
+            if spot is None or spot.source != source or spot.committed:
+                why = f"no move of {message.spot} from {source} takes members here"
+                return RelocateAnswer(False, why)
+            spot.members.append(target)
+            member_of: SpotId | None = SpotId(message.spot)
+        else:
+            member_of = None
+
+        async def restore(claim: Claim, payload: bytes | None) -> Restored:
+            return await prepare_actor_restore(self._actors, actor_type, snapshot, claim, payload)
+
+        return await self._begin(
+            source, target, message, SpotKind.INVALID, actor_type, restore, member_of
+        )
+
+    async def _begin(
+        self,
+        source: NodeRid,
+        target: SpotId | ActorId,
+        message: RelocateIn,
+        kind: SpotKind,
+        declared: SpotType | ActorType,
+        restore: Restore,
+        spot: SpotId | None = None,
+    ) -> RelocateAnswer:
+        adapter = declared.relocation.adapter
         if (adapter is None) != (message.chunks == 0):
-            return RelocateAnswer(False, f"{spot_type.name}'s payload does not match its policy")
+            return RelocateAnswer(False, f"{declared.name}'s payload does not match its policy")
+        # Until the commit the claim is the source's record as the source holds it; the commit
+        # gives the version that names this host (Rule 3).
+        record = SpotRecord(
+            source,
+            self._node.node_generation,
+            ObjectGeneration(message.generation),
+            kind,
+            declared.name,
+            READY,
+            self._node.mesh,
+        )
         # Chunks are cut by the source's limit; here each is bounded as any message is.
         limit = self._node.config.max_message_bytes
         assembly = None if adapter is None else PayloadAssembly(limit)
-        arriving = self._arriving[target] = _Arriving(source, snapshot, assembly)
+        arriving = _Arriving(source, record, restore, assembly, spot=spot)
+        self._arriving[target] = arriving
         if assembly is None:
             return await self._restore(target, arriving, None)
         return RelocateAnswer(True)
 
     async def _restore(
-        self, target: SpotId, arriving: _Arriving, payload: bytes | None
+        self, target: SpotId | ActorId, arriving: _Arriving, payload: bytes | None
     ) -> RelocateAnswer:
-        snapshot = arriving.snapshot
-        spot_type = self._node.registry.spot_types[snapshot.type_name]
-        # Until the commit the claim is the source's record as the source holds it; the commit
-        # gives the version that names this host (Rule 3).
-        record = SpotRecord(
-            arriving.source,
-            self._node.node_generation,
-            snapshot.generation,
-            SpotKind(spot_type.kind),
-            spot_type.name,
-            READY,
-            self._node.mesh,
-        )
         try:
-            arriving.restored = await prepare_restore(
-                self._spots, snapshot, Claim(target, record, 0), payload
-            )
-        except ZLinkError as error:
+            restored = await arriving.restore(Claim(target, arriving.record, 0), payload)
+        except (ZLinkError, AdapterFailure) as error:
             self._arriving.pop(target, None)
             return RelocateAnswer(False, f"restoring {target} failed: {error}")
+        if self._arriving.get(target) is not arriving:  # dropped meanwhile
+            restored.discard()
+            return RelocateAnswer(False, f"the move of {target} ended during its restore")
+        arriving.restored = restored
+        # Admitted at once, sealed: whoever learns of the commit before this host hears of it
+        # finds the unit here and waits in it, never a missing id (Rule 2).
+        if isinstance(restored, RestoredActor):
+            spot = self._arriving.get(arriving.spot) if arriving.spot is not None else None
+            host = spot.restored if spot is not None else None
+            restored.admit(host.activation if isinstance(host, RestoredSpot) else None)
+        else:
+            restored.admit()
+        if arriving.spot is None:
+            self._node.activation_nursery.start_soon(self._settle, target, arriving)
         return RelocateAnswer(True)
 
-    def _open(self, target: SpotId, arriving: _Arriving, version: int) -> RelocateAnswer:
+    def _commit(
+        self,
+        target: SpotId | ActorId,
+        arriving: _Arriving,
+        version: int,
+        members: tuple[tuple[str, int], ...],
+    ) -> RelocateAnswer:
         restored = arriving.restored
         if restored is None:
             return RelocateAnswer(False, f"{target} was not restored here")
-        del self._arriving[target]
-        activation = restored.activation
-        assert activation.claim is not None  # prepared with the source's record
-        record = attrs.evolve(
-            activation.claim.record,
-            owner=self._node.node_rid,
-            owner_generation=self._node.node_generation,
-        )
-        activation.claim = Claim(target, record, version)
-        restored.open()
+        versions = dict(members)
+        missing = [m for m in arriving.members if m.value not in versions or not self._ready(m)]
+        if missing or len(versions) != len(arriving.members):
+            # The records name this host whatever is answered: keep what came, say what did not.
+            _log.error("%s committed here without its members %s", target, missing)
+        self._take_claim(target, arriving, version)
+        for member in arriving.members:
+            if member.value in versions and self._ready(member):
+                self._take_claim(member, self._arriving[member], versions[member.value])
+        arriving.committing.set()
         _log.info("%s moved here from %s", target, arriving.source)
         return RelocateAnswer(True)
 
-    def drop(self, target: SpotId) -> None:
+    def _ready(self, member: ActorId) -> bool:
+        arriving = self._arriving.get(member)
+        return arriving is not None and arriving.restored is not None
+
+    def _take_claim(self, target: SpotId | ActorId, arriving: _Arriving, version: int) -> None:
+        arriving.committed = True
+        record = attrs.evolve(
+            arriving.record, owner=self._node.node_rid, owner_generation=self._node.node_generation
+        )
+        assert arriving.restored is not None  # _commit and _ready checked
+        arriving.restored.commit(Claim(target, record, version))
+
+    async def _settle(self, target: SpotId | ActorId, arriving: _Arriving) -> None:
+        """Rule 6: what the source does not say, the store does."""
+        wait = self._node.config.request_timeout
+        while not arriving.committed and self._arriving.get(target) is arriving:
+            with trio.move_on_after(wait):
+                await arriving.committing.wait()
+            if arriving.committed or self._arriving.get(target) is not arriving:
+                break
+            try:
+                await self._settle_by_store(target, arriving)
+            except ZLinkError as error:
+                _log.info("the store cannot say yet whether %s moved here: %s", target, error)
+        if not arriving.committed:
+            return
+        with trio.move_on_after(wait):
+            await arriving.opened.wait()
+            return
+        if self._arriving.get(target) is arriving:
+            _log.warning("%s opens without its source %s's word", target, arriving.source)
+            self._open(target, arriving)
+
+    async def _settle_by_store(self, target: SpotId | ActorId, arriving: _Arriving) -> None:
+        authority = self._node.authority
+        claim = await authority.read_claim(target)
+        if claim is not None and claim.record.owner == self._node.node_rid:
+            members = []
+            for member in arriving.members:
+                found = await authority.read_claim(member)
+                if found is not None and found.record.owner == self._node.node_rid:
+                    members.append((member.value, found.version))
+            _log.warning(
+                "%s was committed here without its source %s's word", target, arriving.source
+            )
+            self._commit(target, arriving, claim.version, tuple(members))
+        elif claim is None or await authority.is_stale(claim.record):
+            # The source's run is gone: it can no longer commit (its write is conditional on a
+            # record a peer reclaims), so the unit will not be this host's.
+            _log.warning("%s will not move here: its source %s is gone", target, arriving.source)
+            self.drop(target)
+
+    def relayed(self, source: NodeRid, target: SpotId | ActorId) -> Restored | None:
+        """The committed unit that takes what ``source`` sends to ``target`` in front of its
+        mailbox, until the source's ``RelocateOpen`` (Rule 3); else ``None``."""
+        arriving = self._arriving.get(target)
+        if arriving is None or not arriving.committed or arriving.source != source:
+            return None
+        return arriving.restored
+
+    def open(self, source: NodeRid, target: SpotId | ActorId) -> RelocateAnswer:
+        """``RelocateOpen`` from ``source``: the unit serves (Rule 3)."""
+        arriving = self._arriving.get(target)
+        if arriving is None or arriving.source != source or not arriving.committed:
+            return RelocateAnswer(False, f"no move of {target} from {source} awaits its opening")
+        self._open(target, arriving)
+        return RelocateAnswer(True)
+
+    def _open(self, target: SpotId | ActorId, arriving: _Arriving) -> None:
+        del self._arriving[target]
+        assert arriving.restored is not None  # committed only once restored
+        arriving.restored.open()
+        arriving.opened.set()
+        for member in arriving.members:  # a User Spot's members open with it (Rule 5)
+            joined = self._arriving.pop(member, None)
+            if joined is not None and joined.restored is not None and joined.committed:
+                joined.restored.open()
+
+    def drop(self, target: SpotId | ActorId) -> None:
         """Rule 4: forget a prepared unit that will not open here."""
-        arriving = self._arriving.pop(target, None)
-        if arriving is not None and arriving.restored is not None:
-            arriving.restored.discard()
+        arriving = self._arriving.get(target)
+        if arriving is None or arriving.committed:
+            return  # committed: the unit is this host's now
+        del self._arriving[target]
+        arriving.committing.set()
+        for member in arriving.members:  # a User Spot's members are dropped with it (Rule 5)
+            self.drop(member)
+        restored = arriving.restored
+        if isinstance(restored, RestoredSpot):
+            restored.discard(arriving.source)  # what waited in it goes back to the owner
+        elif restored is not None:
+            restored.discard(partial(self._give_back, target, arriving.source))
+
+    def _give_back(
+        self, target: SpotId | ActorId, source: NodeRid, envelopes: list[Envelope]
+    ) -> None:
+        """Rule 4: what waited in a dropped Actor goes to its owner, the source."""
+        nursery = self._node.activation_nursery
+        nursery.start_soon(
+            partial(relay, self._remote, self._node, target, None, source, envelopes)
+        )

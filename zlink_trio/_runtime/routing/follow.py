@@ -1,4 +1,5 @@
-"""Following a Spot that moved away (routing/messaging.py Rule 10; specs/relocation.md RELOC-49).
+"""Following a Spot or Actor that moved away (routing/messaging.py Rule 10; specs/relocation.md
+RELOC-49).
 
 After a Spot's move (host/moving.py) the source remembers where it went for
 ``HostConfig.relocation_follow_window`` seconds. Work from a peer that has not learned the move
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import trio
 
+from zlink_trio._runtime.actors.activation import ActorActivation
+from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
@@ -21,28 +24,35 @@ __all__ = ["Moved"]
 
 
 class Moved:
-    """The Spots that moved away from this host, each to its new owner until a deadline."""
+    """The Spots and Actors that moved away from this host, each to its new owner until a
+    deadline."""
 
-    def __init__(self, spots: SpotCatalog[Activation]) -> None:
+    def __init__(
+        self, spots: SpotCatalog[Activation], actors: ActorCatalog[ActorActivation]
+    ) -> None:
         self._spots = spots
+        self._actors = actors
         self._window = spots.node.config.relocation_follow_window
-        self._moved: dict[SpotId, tuple[NodeRid, float]] = {}
+        self._moved: dict[SpotId | ActorId, tuple[NodeRid, float]] = {}
 
-    def follow(self, spot_id: SpotId, owner: NodeRid) -> None:
-        """``spot_id`` moved to ``owner``: follow it from now on, for the window."""
-        self._moved[spot_id] = (owner, trio.current_time() + self._window)
+    def follow(self, unit: SpotId | ActorId, owner: NodeRid) -> None:
+        """``unit`` moved to ``owner``: follow it from now on, for the window."""
+        self._moved[unit] = (owner, trio.current_time() + self._window)
 
     def followed(
-        self, spot_id: SpotId | ActorId, remote: Remote | None
+        self, unit: SpotId | ActorId, remote: Remote | None
     ) -> tuple[Remote, Owner] | None:
-        """Where work for ``spot_id`` goes instead of here, or ``None``."""
-        if not self._moved or type(spot_id) is not SpotId:
+        """Where work for ``unit`` goes instead of here, or ``None``."""
+        if not self._moved:
             return None
-        moved = self._moved.get(spot_id)
-        if moved is None or remote is None or spot_id in self._spots.activations:
+        moved = self._moved.get(unit)
+        if moved is None or remote is None:
+            return None
+        here = self._spots.activations if type(unit) is SpotId else self._actors.actors
+        if unit in here:
             return None
         owner, until = moved
         if trio.current_time() >= until:
-            del self._moved[spot_id]
+            del self._moved[unit]
             return None
         return remote, Owner(owner)

@@ -20,14 +20,15 @@ import trio
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
+from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ZLinkError
-from zlink_trio.ids import NodeRid, SpotKind
+from zlink_trio.ids import ActorId, NodeRid, SpotId, SpotKind, StableTypeName
 
-__all__ = ["forward"]
+__all__ = ["forward", "relay"]
 
 _log = logging.getLogger("zlink_trio.runtime.activation")
 
@@ -39,68 +40,109 @@ async def forward(
     envelopes: list[Envelope],
     *,
     permits_held: bool = True,
+    replies: trio.Nursery | None = None,
 ) -> None:
     """Send what ``activation`` admitted to ``owner``, in order; requests complete their
     callers' entries with the winner's outcome. Each envelope's job permit is released first
-    unless the caller has (``permits_held=False``: a moved Spot's relay, host/moving.py)."""
-    node = activation.node
+    unless the caller has (``permits_held=False``: a moved Spot's relay, host/moving.py).
+    Returns once every reply is in, or, given ``replies``, once every message is submitted:
+    the replies are then waited for in that nursery."""
     # Only an Instance Spot is named by its type on the wire (a User Spot's type comes from its
     # record, and naming it would ask for an Instance Spot).
     instance_type = activation.spot_type.name if activation.kind is SpotKind.INSTANCE else None
+    await relay(
+        remote,
+        activation.node,
+        activation.spot_id,
+        instance_type,
+        owner,
+        envelopes,
+        permits_held=permits_held,
+        replies=replies,
+    )
+
+
+async def relay(
+    remote: Remote,
+    node: LocalNode,
+    target: SpotId | ActorId,
+    instance_type: StableTypeName | None,
+    owner: NodeRid,
+    envelopes: list[Envelope],
+    *,
+    permits_held: bool = True,
+    replies: trio.Nursery | None = None,
+) -> None:
+    """``forward`` by the target's id: a Spot's (named by ``instance_type`` when it is an
+    Instance Spot) or an Actor's (a moved Actor's relay, host/moving.py)."""
+    if replies is not None:
+        await _relay(remote, node, target, instance_type, owner, envelopes, permits_held, replies)
+        return
     async with trio.open_nursery() as requests:
-        for envelope in envelopes:
-            if permits_held:
-                node.jobs.release()
-            message, context = envelope.message, envelope.context
-            route = envelope.reply_route
-            if route is None:
-                try:
-                    await remote.send(
-                        Owner(owner), activation.spot_id, message, context.metadata, instance_type
-                    )
-                except ZLinkError as error:
-                    _log.info("a forwarded send to %s failed: %s", activation.spot_id, error)
-                continue
-            reply_type = envelope.handler.reply_type or object
-            deadline = math.inf if context.deadline is None else context.deadline
+        await _relay(remote, node, target, instance_type, owner, envelopes, permits_held, requests)
 
-            async def forward_request(
-                route: ReplyRouteId = route,
-                message: object = message,
-                context: MessageContext = context,
-                reply_type: type = reply_type,
-                deadline: float = deadline,
-                *,
-                task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-            ) -> None:
-                submitted = False
 
-                def on_submitted() -> None:
-                    nonlocal submitted
-                    if not submitted:
-                        submitted = True
-                        task_status.started()
+async def _relay(
+    remote: Remote,
+    node: LocalNode,
+    target: SpotId | ActorId,
+    instance_type: StableTypeName | None,
+    owner: NodeRid,
+    envelopes: list[Envelope],
+    permits_held: bool,
+    requests: trio.Nursery,
+) -> None:
+    for envelope in envelopes:
+        if permits_held:
+            node.jobs.release()
+        message, context = envelope.message, envelope.context
+        route = envelope.reply_route
+        if route is None:
+            try:
+                await remote.send(Owner(owner), target, message, context.metadata, instance_type)
+            except ZLinkError as error:
+                _log.info("a forwarded send to %s failed: %s", target, error)
+            continue
+        reply_type = envelope.handler.reply_type or object
+        deadline = math.inf if context.deadline is None else context.deadline
 
-                try:
-                    value = await remote.request(
-                        Owner(owner),
-                        activation.spot_id,
-                        message,
-                        reply_type,
-                        context.metadata,
-                        instance_type,
-                        deadline,
-                        on_submitted,
-                    )
-                    outcome = Outcome(value=value)
-                except ZLinkError as error:
-                    outcome = Outcome(error=error)
-                finally:
-                    on_submitted()  # ended before it was submitted: the next one may go
-                entry = node.dispatcher.pop(route)
-                if entry is not None:
-                    node.dispatcher.deliver(entry, outcome)
+        async def forward_request(
+            route: ReplyRouteId = route,
+            message: object = message,
+            context: MessageContext = context,
+            reply_type: type = reply_type,
+            deadline: float = deadline,
+            *,
+            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+        ) -> None:
+            submitted = False
 
-            # The next message goes only once this request is in the winner's queue, so the
-            # winner sees them in admission order; the reply is waited for in the background.
-            await requests.start(forward_request)
+            def on_submitted() -> None:
+                nonlocal submitted
+                if not submitted:
+                    submitted = True
+                    task_status.started()
+
+            try:
+                value = await remote.request(
+                    Owner(owner),
+                    target,
+                    message,
+                    reply_type,
+                    context.metadata,
+                    instance_type,
+                    deadline,
+                    on_submitted,
+                )
+                outcome = Outcome(value=value)
+            except ZLinkError as error:
+                outcome = Outcome(error=error)
+            finally:
+                on_submitted()  # ended before it was submitted: the next one may go
+            entry = node.dispatcher.pop(route)
+            if entry is not None:
+                node.dispatcher.deliver(entry, outcome)
+
+        # The next message goes only once this request is in the winner's queue, so the
+        # winner sees them in admission order; the reply is waited for in the background.
+        await requests.start(forward_request)

@@ -28,8 +28,9 @@ a caller whose own host runs on, an owner that went away: ``UNAVAILABLE``, never
 Rule 6: a reply is encoded within this host's message limit and its caller's (limits.py Rule
 2); one over either answers the request with the ``PROTOCOL_ERROR`` naming the limit instead
 (MSG-2, MSG-6), one that cannot be encoded with ``INTERNAL_FAILURE`` (MSG-5).
-Rule 7: the requests of a Spot moving here (``zlink.Relocate*``) are the framework's: each is
-answered by ``arrivals.py`` in a task of its own.
+Rule 7: the requests of a unit moving here (``zlink.Relocate*``) are the framework's, and what
+the source relays to a unit committed here but not open yet goes in front of it: both are
+``moves_in.py``'s, from the reader itself where order matters.
 """
 
 from __future__ import annotations
@@ -41,15 +42,25 @@ import trio
 
 from zlink_trio._integration.transport import PeerRun
 from zlink_trio._runtime.declarations.handlers import HandlerKind
-from zlink_trio._runtime.declarations.system import CLOSE_SPOT, RELOCATE, CloseSpot, SpotClosed
+from zlink_trio._runtime.declarations.system import (
+    CLOSE_SPOT,
+    RELOCATE,
+    CloseSpot,
+    SpotClosed,
+)
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.arrivals import Arrivals
 from zlink_trio._runtime.routing.backlog import Backlogs
 from zlink_trio._runtime.routing.credit import PAUSE, RESUME
-from zlink_trio._runtime.routing.local import InstanceChoice, reply_failure, resolve_spot
+from zlink_trio._runtime.routing.local import (
+    InstanceChoice,
+    reply_failure,
+    resolve_spot,
+)
 from zlink_trio._runtime.routing.messaging import Messaging
+from zlink_trio._runtime.routing.moves_in import MovesIn
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots import creation
 from zlink_trio._wire import ErrorReply, Reply, Request, Send
@@ -75,8 +86,9 @@ class Inbound:
         self._nursery: trio.Nursery | None = None
         self.backlogs = Backlogs(messaging, signal=self._signal)
         """The per-target backlogs of sends from peers (backlog.py)."""
-        self.arrivals = Arrivals(messaging.spots)
-        """The Spots moving to this host (arrivals.py)."""
+        self.arrivals = Arrivals(messaging.spots, messaging.actors, remote)
+        """The Spots and Actors moving to this host (arrivals.py)."""
+        self._moves = MovesIn(self.arrivals, self._node, self._reply, self._answer_outcome)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the nursery of inbound requests open until cancelled (Rule 2)."""
@@ -95,6 +107,8 @@ class Inbound:
             change = credits.pause if message.message_type == PAUSE else credits.resume
             change(origin.node_rid, message.target)
             return
+        if self.arrivals.under_way and self._moves.take(origin, message):
+            return
         if type(message) is Send:
             await self._inbound_send(origin, message)
             return
@@ -110,7 +124,7 @@ class Inbound:
             nursery.start_soon(self._inbound_close, origin, message)
             return
         if message.message_type.value in RELOCATE:
-            nursery.start_soon(self._inbound_move, origin, message)
+            self._moves.answer(origin, message, nursery)
             return
         target = message.target
         if self._messaging.moved.followed(target, self._remote):
@@ -245,16 +259,6 @@ class Inbound:
             return
         self._answer(origin, message, SpotClosed(closed))
 
-    async def _inbound_move(self, origin: PeerRun, message: Request) -> None:
-        """One of the requests of a Spot moving here (Rule 7; arrivals.py)."""
-        try:
-            decoded = self._node.registry.messages.decode(message.message_type, message.payload)
-            answer = await self.arrivals.on_request(origin.node_rid, message.target, decoded)
-        except ZLinkError as error:
-            self._answer(origin, message, _for_caller(error))
-            return
-        self._answer(origin, message, answer)
-
     async def _inbound_request(self, origin: PeerRun, message: Request, arrived: float) -> None:
         messaging = self._messaging
         node = self._node
@@ -285,6 +289,12 @@ class Inbound:
             self._answer(origin, message, _for_caller(error))
             return
         self._answer(origin, message, result)
+
+    def _reply(self, origin: PeerRun, request: Request, result: object) -> None:
+        """``_answer``, an error as the remote caller sees it (Rule 3)."""
+        self._answer(
+            origin, request, _for_caller(result) if isinstance(result, ZLinkError) else result
+        )
 
     def _answer(self, origin: PeerRun, request: Request, result: object) -> None:
         mesh = self._remote.mesh

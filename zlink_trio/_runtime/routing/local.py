@@ -81,7 +81,9 @@ def resolve_spot(
                 ErrorKind.TYPE_MISMATCH,
                 f"{spot_id} is a {current.kind.name} Spot of type {current.spot_type.name}",
             )
-        if current.accepting:
+        if current.accepting or current.hold is not None:
+            # A Spot that moved away and is closing here still forwards what it is offered, in
+            # order, until it leaves the table (spots/sealing.py Rule 4).
             return current, handler_of(current.spot_type, message_type, kind)
         if instance is None:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Spot {spot_id} is closing")
@@ -110,7 +112,8 @@ def resolve_actor(
 ) -> tuple[ActorActivation, Handler]:
     """The Ready local Actor ``actor_id`` and its handler; ``NOT_FOUND`` otherwise."""
     actor = actors.actors.get(actor_id)
-    if actor is None or not actor.accepting:
+    # An Actor that moved away and is closing here still forwards what it is offered.
+    if actor is None or not (actor.accepting or actor.hold is not None):
         raise ZLinkError(ErrorKind.NOT_FOUND, f"no Actor {actor_id}")
     return actor, handler_of(actor.actor_type, message_type, kind)
 

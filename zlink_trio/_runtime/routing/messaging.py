@@ -22,9 +22,7 @@ what happens on the wire is ``remote.py``, and inbound work from peers (``inboun
 back in here with ``local=True`` so it is never forwarded again (but see Rule 10).
 Rule 6: a User Spot this host is creating (claimed, not Ready) is waited for (a send without a
 bound, a request within its deadline); the call then goes to it, or ends ``NOT_FOUND`` (SPOT-90).
-Rule 7: ``close(ref)`` closes the incarnation where it lives: on this host directly, on the host
-``ref`` names through a ``zlink.CloseSpot`` request that the owner's inbound side answers with
-what its own ``close`` returned (SPOT-92).
+Rule 7: ``close(ref)`` closes the incarnation where it lives (closing.py; SPOT-92).
 Rule 8: a message is the same wherever its target lives (specs/messages.md). A call of this host
 screens its message before it takes a permit or resolves anything: the field types are checked,
 the encoded size must be within ``HostConfig.max_message_bytes``, and a target on this host gets
@@ -49,7 +47,6 @@ from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.registry import Handler
-from zlink_trio._runtime.declarations.system import CloseSpot, SpotClosed
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import current_turn
@@ -67,11 +64,10 @@ from zlink_trio._runtime.routing.local import (
 )
 from zlink_trio._runtime.routing.owner import STALE, Owner
 from zlink_trio._runtime.routing.remote import Remote
-from zlink_trio._runtime.spots import creation
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import ActorId, MeshName, SpotId, SpotRef, StableTypeName
+from zlink_trio.ids import ActorId, MeshName, SpotId, StableTypeName
 
 __all__ = ["Messaging"]
 
@@ -92,7 +88,7 @@ class Messaging:
         """Global addressing (remote.py); set once the transport and membership run."""
         self._messages = spots.node.registry.messages
         self._limit = spots.node.config.max_message_bytes
-        self.moved = Moved(spots)  # Spots that moved away, followed for a while (Rule 10)
+        self.moved = Moved(spots, actors)  # Spots that moved away, followed for a while (Rule 10)
 
     def _screen(self, message: object, local: bool) -> Encoded:
         """Rule 8: the message's encoding (or ``None``); nothing for work from peers."""
@@ -229,30 +225,6 @@ class Messaging:
         # after the pop race, so a reply that won the slot is never reported as a timeout.
         return await reply_of(node, entry, deadline, reply_type, copy=not local)
 
-    async def close(self, ref: SpotRef) -> bool:
-        """Close the User Spot incarnation ``ref`` names, here or at the host ``ref`` names
-        (Rule 7)."""
-        node = self.node
-        node.check_admitting()
-        remote = self.remote
-        if ref.node_rid == node.node_rid or ref.mesh_name != node.mesh or remote is None:
-            return await creation.close(self.spots, ref)
-        config = node.config
-        # The owner waits for on_closing and the record's release: the call gets as long, plus
-        # one request timeout for the way there and back.
-        wait = config.closing_timeout + config.store_release_timeout + config.request_timeout
-        answer = await remote.request(
-            Owner(ref.node_rid),
-            ref.spot_id,
-            CloseSpot(ref.object_generation.value),
-            SpotClosed,
-            {},
-            None,
-            node.clock.now() + wait,
-        )
-        assert isinstance(answer, SpotClosed)  # remote.request checked the reply's class
-        return answer.closed
-
     def _check_handled(self, owner: Owner, message: object) -> None:
         """Rule 9: ``NOT_FOUND`` when the owner's record names a type this host declares too
         and that type has no packet handler for ``message``."""
@@ -327,6 +299,9 @@ class Messaging:
         node.check_admitting()
         encoded = self._screen(message, local)
         remote = self.remote
+        if local and (followed := self.moved.followed(actor_id, remote)) is not None:
+            await followed[0].send(followed[1], actor_id, message, metadata, None)
+            return
         if not local and remote is not None and actor_id not in self.actors.actors:
             owner = await remote.owner_of(actor_id, math.inf)
             if isinstance(owner, Owner):
@@ -364,6 +339,11 @@ class Messaging:
         encoded = self._screen(message, local)
         deadline = node.clock.now() + time_limit
         remote = self.remote
+        if local and (followed := self.moved.followed(actor_id, remote)) is not None:
+            relay, moved_to = followed
+            return await relay.request(
+                moved_to, actor_id, message, reply_type, metadata, None, deadline
+            )
         if not local and remote is not None and actor_id not in self.actors.actors:
             owner = await remote.owner_of(actor_id, deadline)
             if isinstance(owner, Owner):

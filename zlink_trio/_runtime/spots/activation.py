@@ -148,8 +148,9 @@ class Activation(SpotIngress):
         self._failure: ZLinkError | None = None
         self._unsettled = False
         """A write of this incarnation's record had an unknown outcome (Rule 8)."""
-        self._forward_to: NodeRid | None = None
-        """The host that won the claim of a cold activation this one lost (Rule 7)."""
+        self.forward_to: NodeRid | None = None
+        """Where what it admitted goes when it ends unstarted: the winner of a lost cold race
+        (Rule 7), or the source of a move given up (spots/sealing.py ``discard``)."""
         self.closed = trio.Event()
         self.settled = trio.Event()
         """Set once the activation is Ready or has closed (a relocation waits for it)."""
@@ -328,7 +329,7 @@ class Activation(SpotIngress):
                     and record.type_name == self.spot_type.name
                     and record.owner != node.node_rid
                 ):
-                    self._forward_to = record.owner
+                    self.forward_to = record.owner
                 raise _held_error(self.spot_id, claimed, self.spot_type)
             self._claim = claimed
         cls: Any = self.spot_type.cls
@@ -556,9 +557,9 @@ class Activation(SpotIngress):
         self.catalog.live.discard(self)
         self.mailbox.close()
         forward = self.catalog.forward
-        if self._forward_to is not None and forward is not None:
+        if self.forward_to is not None and forward is not None:
             queued = [envelope for envelope, _ in self.take_queued()]
-            self.node.activation_nursery.start_soon(forward, self, self._forward_to, queued)
+            self.node.activation_nursery.start_soon(forward, self, self.forward_to, queued)
         elif not self.keeps_record:  # else what it carries is still the other incarnation's
             self._fail_admitted(self._failure or _gone(self.spot_id))
         try:

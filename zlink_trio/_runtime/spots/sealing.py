@@ -30,9 +30,10 @@ Rule 5: a restore starts a fresh instance of the same id and generation. ``prepa
 makes the instance (a new one from the type's class) and gives it the adapter payload, but no
 lifecycle callback runs (``on_create`` and ``on_initialize`` ran for this generation) and no
 timer is started again by the application; nobody reaches it yet. ``take`` queues forwarded
-messages behind the snapshot's; ``open`` registers it under the id: its first turns are the
-snapshot's entries, then what it took, then what is offered to it, and its timers start only
-now that it is Ready (TIMER-16, TIMER-17). Messages carried over hold no job permit here.
+messages behind the snapshot's; ``admit`` registers it under the id, so what is offered to it
+waits in its mailbox; ``open`` lets it serve: its first turns are the snapshot's entries, then
+what it took, then what was offered to it, and its timers start only now that it is Ready
+(TIMER-16, TIMER-17). Messages carried over hold no job permit here.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ from typing import Any
 import attrs
 import trio
 
+from zlink_trio._runtime.declarations.registry import SpotType
 from zlink_trio._runtime.declarations.relocation import capture_payload, restore_payload
+from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.timers import TimerState
 from zlink_trio._runtime.node.envelope import Envelope, fail_one
@@ -53,7 +56,14 @@ from zlink_trio._runtime.spots.activation import Activation, ActivationState
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.ingress import Hold
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import ObjectGeneration, SpotCloseReason, SpotId, SpotKind, StableTypeName
+from zlink_trio.ids import (
+    NodeRid,
+    ObjectGeneration,
+    SpotCloseReason,
+    SpotId,
+    SpotKind,
+    StableTypeName,
+)
 from zlink_trio.options import SpotFactoryMode
 
 __all__ = ["RestoredSpot", "SealedSpot", "SpotSnapshot", "prepare_restore", "seal"]
@@ -85,7 +95,7 @@ class SpotSnapshot:
     """The source's application clock at the capture."""
 
 
-def _refuse_seal(activation: Activation) -> ZLinkError | None:
+def _refuse_seal(activation: Activation, with_members: bool) -> ZLinkError | None:
     spot_id = activation.spot_id
     if activation.state is ActivationState.ACTIVATING:
         return ZLinkError(ErrorKind.UNAVAILABLE, f"{spot_id} is still activating")
@@ -98,18 +108,19 @@ def _refuse_seal(activation: Activation) -> ZLinkError | None:
         return ZLinkError(ErrorKind.INVALID_OPERATION, "an Entry Spot never moves")
     if spot_type.mode is SpotFactoryMode.PER_ACTOR:
         return ZLinkError(ErrorKind.INVALID_OPERATION, f"{spot_id} is PER_ACTOR: it moves a shell")
-    if activation.members:
+    if activation.members and not with_members:
         return ZLinkError(
             ErrorKind.INVALID_OPERATION, f"{spot_id} has member Actors; moving them is not built"
         )
     return None
 
 
-async def seal(activation: Activation) -> SealedSpot:
+async def seal(activation: Activation, *, with_members: bool = False) -> SealedSpot:
     """Seal ``activation`` at a turn boundary (Rule 1). ``UNAVAILABLE`` when it is activating or
     closing (or host shutdown breaks the seal), ``INVALID_OPERATION`` when it is sealed already
-    or cannot move as one unit (an Entry Spot, a PER_ACTOR Spot, a Spot with members)."""
-    refused = _refuse_seal(activation)
+    or cannot move as one unit (an Entry Spot, a PER_ACTOR Spot, a Spot with members unless
+    ``with_members``: its members are sealed by the caller, actors/sealing.py)."""
+    refused = _refuse_seal(activation, with_members)
     if refused is not None:
         raise refused
     hold = Hold()
@@ -199,10 +210,11 @@ class SealedSpot:
         self.activation.reopen()
         self.activation.timers.resume()
 
-    def detach(self, forward: Callable[[Envelope], None]) -> None:
+    def detach(self, forward: Callable[[Envelope], None], *, closing: bool = True) -> None:
         """Hand over for good and start closing with ``RELOCATION_OUT`` (Rule 4); ``forward``
         must not block and receives each envelope once, in order. Await
-        ``activation.closed`` for the end of ``on_closing``."""
+        ``activation.closed`` for the end of ``on_closing``. With ``closing=False`` the Spot
+        stays registered, forwarding, until ``close()``."""
         hold = self._live()
         self._ended = True
         activation = self.activation
@@ -223,9 +235,17 @@ class SealedSpot:
                 node.jobs.release()
             forward(envelope)
         activation.keeps_record = True
-        deadline = node.clock.now() + node.config.closing_timeout
-        activation.begin_close(SpotCloseReason.RELOCATION_OUT, deadline, drain=True)
         hold.ended.set()
+        if closing:
+            self.close()
+
+    def close(self) -> None:
+        """Start closing a detached Spot with ``RELOCATION_OUT`` (Rule 4)."""
+        activation = self.activation
+        assert self._ended, "detached"
+        assert self._hold.forward is not None, "detached"
+        deadline = activation.node.clock.now() + activation.node.config.closing_timeout
+        activation.begin_close(SpotCloseReason.RELOCATION_OUT, deadline, drain=True)
 
 
 async def prepare_restore(
@@ -295,17 +315,42 @@ class RestoredSpot:
             return
         activation.push_front([(envelope, False)])
 
-    def discard(self) -> None:
-        """Give it up before it opened: it ends without a turn and leaves the store alone."""
+    def discard(self, give_back: NodeRid | None = None) -> None:
+        """Give it up before it opened: it ends without a turn and leaves the store alone; what
+        was offered to it since ``admit`` goes to ``give_back`` (the source, which still owns
+        it), in order, and what it carried from the source is dropped (the source has it)."""
         if self._opened.is_set():
             return
         self._discarded = True
-        self.activation.keeps_record = True
+        activation = self.activation
+        activation.keeps_record = True
+        activation.front.clear()
+        activation.forward_to = give_back
         self._opened.set()
 
-    def open(self) -> None:
-        """Make it the Spot's incarnation on this host and let it serve (Rule 5)."""
+    @property
+    def declared(self) -> SpotType:
+        """The Spot's declared type (its handlers)."""
+        return self.activation.spot_type
+
+    def context(self, metadata: dict[str, str], deadline: float | None) -> MessageContext:
+        """The context of a message relayed to it."""
+        return MessageContext(self.activation.spot_id, metadata, None, deadline)
+
+    def admit(self) -> None:
+        """Make it the Spot's incarnation on this host, before the commit: what is offered to it
+        from now on waits in its mailbox, behind what it takes, until ``open`` (Rule 5)."""
         activation = self.activation
         activation.catalog.activations[activation.spot_id] = activation
+
+    def commit(self, claim: Claim) -> None:
+        """The record names this host: ``claim`` is this incarnation's from now on."""
+        activation = self.activation
+        activation.claim = claim
         activation.keeps_record = False
+
+    def open(self) -> None:
+        """Let it serve, admitting it first if it was not (Rule 5)."""
+        if self.activation.catalog.activations.get(self.activation.spot_id) is not self.activation:
+            self.admit()
         self._opened.set()

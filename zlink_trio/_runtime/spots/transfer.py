@@ -18,11 +18,19 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import cbor2
+
 from zlink_trio._runtime.engines.timers import TimerState, TimerTick
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.options import TimerOptions, TimerOverrunPolicy
 
-__all__ = ["PayloadAssembly", "payload_chunks", "timer_state_from_wire", "timer_state_to_wire"]
+__all__ = [
+    "PayloadAssembly",
+    "payload_chunks",
+    "timer_state_from_wire",
+    "timer_state_to_wire",
+    "timer_states_from_wire",
+]
 
 
 def timer_state_to_wire(state: TimerState) -> dict[str, Any]:
@@ -63,6 +71,18 @@ def timer_state_from_wire(data: object, now: float) -> TimerState:
         raise ZLinkError(
             ErrorKind.PROTOCOL_ERROR, f"a moved timer's state is malformed: {error}"
         ) from None
+
+
+def timer_states_from_wire(data: bytes, now: float) -> tuple[TimerState, ...]:
+    """The timer states a move carries, CBOR-encoded as a list (``timer_state_from_wire``
+    each); anything else is ``PROTOCOL_ERROR``."""
+    try:
+        states = cbor2.loads(data)
+    except (ValueError, cbor2.CBORDecodeError) as error:
+        raise ZLinkError(ErrorKind.PROTOCOL_ERROR, f"a move's timers: {error}") from None
+    if not isinstance(states, list):
+        raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "a move's timers are a list")
+    return tuple(timer_state_from_wire(state, now) for state in states)
 
 
 def _offset(value: object) -> float:

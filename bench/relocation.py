@@ -1,0 +1,855 @@
+"""Relocation: a Spot's service interruption when it moves between hosts, and a host's
+relocation time, next to a plain ZeroMQ transfer of the same payload in the same run.
+
+    python bench/relocation.py [--quick] [--security curve|none] [--profile]
+
+Uses ZLINK_STORE_DSN when set, otherwise a throw-away embedded PostgreSQL in a temporary folder.
+Three OS processes: two *host processes* (``--host-process``, children) that open, relocate and
+close hosts when this process tells them, and this process, a *client* host whose application
+declares the messages but no Spot type (so it is never a relocation target), sending requests
+through the public API. Each host's config is the default but for ``transport_security`` and
+``request_timeout`` (30 s).
+
+1. Service interruption of one unit. Spots of ``preserve_state_with`` types whose adapter carries
+   1 KiB or 1 MiB of random bytes (plus an 8-byte count). A relocation with PLANNED_MAINTENANCE
+   is host-wide and a host relocates once, so every round opens a fresh host in the other host
+   process, and the host that holds the Spots relocates to it (``host.relocate()``, its only
+   SERVING peer that declares the types) and then shuts down: the Spots go back and forth
+   between the two processes, one move each per round, one at a time (the runtime moves Spots
+   one by one, in id order).
+   - inside: each completed move logs its ``MoveTimes`` on the source (host/moving.py, DEBUG):
+     *interruption* is from the start of its seal (from then on what reaches it is held) until
+     the target answered that it serves the unit (after the commit); the commit alone is also
+     shown (seal start -> the record names the target). Every move of every round counts.
+   - outside: this process sends sequential requests in a loop to one Spot of each size the
+     whole time, each answer carrying the Spot's count (which must go up by one per answer, so
+     the state moved); the figure of a round is the longest gap between consecutive answers
+     that overlaps that round's ``relocate`` call (its window on this process's clock): an
+     upper bound of what the caller saw, which includes the relay of the held request, the
+     stale route's follow relay and the wait behind the Spots moved before it.
+2. Baseline: the same payload as one plain ZeroMQ transfer between two processes on 127.0.0.1:
+   a DEALER sends the payload, the ROUTER answers 1 byte, driven from Trio with the minimal loop
+   of bench/transport.py (non-blocking sockets, waiting on ``zmq.FD``); p50 and p99.
+3. Host relocation time: one host holding N units (half User Spots, half Instance Spots, with
+   a 64-byte adapter payload) relocates to a second host (the other process) while this process
+   sends requests to random units the whole time; it prints how long ``host.relocate()`` took
+   in the relocating process, the mean time of each step of a move, and what the traffic saw
+   (answers, errors by kind, the longest gap). Actors cannot move yet (a host holding one is
+   blocked STATE_INCOMPATIBLE, issue 14): the Actor half of the target is not measured.
+
+Targets (issue 14): interruption p99 <= 5 ms (1 KiB) and <= 50 ms (1 MiB); a host of 1,000 Spots
+and 1,000 Actors relocated in <= 5 s (here: Spots only). A benchmark reports and exits 0 whatever
+the figures; it exits 1, with the reason on stderr, when the hosts cannot be formed or a
+relocation does not end RELOCATED. ``--profile`` runs both host processes under cProfile while
+part 3's host relocates and prints where each spent its time (that run's figures are slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib.util
+import io
+import itertools
+import json
+import logging
+import os
+import pstats
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+import attrs
+import trio
+import zmq
+
+import zlink_trio as zl
+from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
+from zlink_trio._runtime.host.moving import MoveTimes
+
+HERE = Path(__file__).resolve().parent
+SIZES = {"1 KiB": 1024, "1 MiB": 1024 * 1024}
+TARGET_MS = {"1 KiB": 5.0, "1 MiB": 50.0}
+UNIT_STATE = 64
+C = TypeVar("C", bound=type)
+FORM_TIMEOUT = 60.0
+
+
+@attrs.frozen
+class Counts:
+    rounds: int  # relocations of part 1
+    per_size: int  # Spots of each size on the relocating host
+    transfers: dict[str, int]  # baseline transfers per size
+    units: int  # part 3
+    traffic: int  # part 3: client tasks, each one request at a time
+
+
+FULL = Counts(rounds=40, per_size=5, transfers={"1 KiB": 2000, "1 MiB": 300}, units=1000, traffic=2)
+QUICK = Counts(rounds=3, per_size=1, transfers={"1 KiB": 50, "1 MiB": 10}, units=40, traffic=1)
+
+# --- the application ---------------------------------------------------------------------------
+
+app = zl.Application()  # the hosts'
+client_app = zl.Application()  # this process's: the messages, no Spot type
+
+
+def message(name: str) -> Callable[[C], C]:
+    """Declare a message in both applications."""
+
+    def declare(cls: C) -> C:
+        return client_app.message(name)(app.message(name)(cls))
+
+    return declare
+
+
+@message("bench.Fill")
+@attrs.frozen
+class Fill:
+    size: int
+
+
+@message("bench.Filled")
+@attrs.frozen
+class Filled:
+    crc: int
+
+
+@message("bench.Ping")
+@attrs.frozen
+class Ping:
+    pass
+
+
+@message("bench.Pong")
+@attrs.frozen
+class Pong:
+    count: int
+
+
+@message("bench.Check")
+@attrs.frozen
+class Check:
+    pass
+
+
+class State(zl.SpotRelocationAdapter["Holder"]):
+    """The Spot's count and data, as they are."""
+
+    async def capture(self, target: Holder) -> bytes:
+        return target.count.to_bytes(8, "big") + target.data
+
+    async def restore(self, target: Holder, payload: bytes) -> None:
+        target.count = int.from_bytes(payload[:8], "big")
+        target.data = payload[8:]
+
+
+class Holder:
+    """What every Spot of the bench does: keep data and count the pings."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.data = b""
+
+    @zl.request_handler(Fill)
+    async def fill(self, req: Fill) -> Filled:
+        self.data = os.urandom(req.size)
+        return Filled(zlib.crc32(self.data))
+
+    @zl.request_handler(Ping)
+    async def ping(self, req: Ping) -> Pong:
+        self.count += 1
+        return Pong(self.count)
+
+    @zl.request_handler(Check)
+    async def check(self, req: Check) -> Filled:
+        return Filled(zlib.crc32(self.data))
+
+
+@app.user_spot("bench.Held", relocation=zl.preserve_state_with(State))
+class Held(Holder, zl.Spot):
+    pass
+
+
+@app.instance_spot("bench.HeldInstance", relocation=zl.preserve_state_with(State))
+class HeldInstance(Holder, zl.InstanceSpot):
+    pass
+
+
+def config(dsn: str, mesh: str, security: str) -> zl.HostConfig:
+    return zl.HostConfig(
+        mesh=mesh, store_dsn=dsn, request_timeout=30.0, transport_security=security
+    )
+
+
+# --- a host process (child) ----------------------------------------------------------------------
+
+
+class MoveLog(logging.Handler):
+    """Collects the ``MoveTimes`` the moves of this process log (host/moving.py)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.moves: list[MoveTimes] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args
+        if isinstance(args, tuple) and args and isinstance(args[0], MoveTimes):
+            self.moves.append(args[0])
+
+
+class HostProcess:
+    """Opens, fills, relocates and closes hosts when the parent says so, one JSON line each."""
+
+    def __init__(self, dsn: str, mesh: str, security: str, moves: MoveLog) -> None:
+        self.config = config(dsn, mesh, security)
+        self.moves = moves
+        self.hosts: dict[str, zl.Host] = {}
+        self.stops: dict[str, trio.Event] = {}
+        self.profiler: cProfile.Profile | None = None
+
+    async def _run_host(self, *, task_status: trio.TaskStatus[zl.Host]) -> None:
+        async with zl.open_host(app, self.config) as host:
+            rid, stop = host.node_rid.value, trio.Event()
+            self.hosts[rid] = host
+            self.stops[rid] = stop
+            task_status.started(host)
+            await stop.wait()
+            await host.shutdown()
+        del self.hosts[rid]
+
+    async def command(self, nursery: trio.Nursery, words: list[str]) -> dict[str, Any]:
+        verb = words[0]
+        if verb == "open":
+            host = await nursery.start(self._run_host)
+            return {"rid": host.node_rid.value}
+        if verb == "profile":  # start, or stop and write to words[1]
+            if self.profiler is None:
+                self.profiler = cProfile.Profile()
+                self.profiler.enable()
+            else:
+                self.profiler.disable()
+                self.profiler.dump_stats(words[1])
+                self.profiler = None
+            return {}
+        host = self.hosts[words[1]]
+        if verb == "see":
+            return {"seen": await sees(host, [zl.NodeRid(rid) for rid in words[2:]])}
+        if verb == "fill":
+            kind, prefix, count, size = words[2], words[3], int(words[4]), int(words[5])
+            return {"crcs": await fill(host, kind, prefix, count, size)}
+        if verb == "relocate":
+            self.moves.moves.clear()
+            started = time.perf_counter()
+            result = await host.relocate(deadline=float(words[2]))
+            took = time.perf_counter() - started
+            moves = [attrs.astuple(move) for move in self.moves.moves]
+            outcome = f"{result.outcome.name}/{result.reason.name}"
+            # Trio's clock is perf_counter (one clock for every process here) plus an offset.
+            offset = time.perf_counter() - trio.current_time()
+            answer = {"result": outcome, "ok": result.relocated, "took": took, "moves": moves}
+            return {**answer, "offset": offset}
+        if verb == "close":
+            self.stops[words[1]].set()
+            return {}
+        raise ValueError(f"unknown command {words!r}")
+
+
+async def sees(host: zl.Host, rids: Iterable[zl.NodeRid]) -> bool:
+    """Whether every one of ``rids`` shows in ``host.peers`` within FORM_TIMEOUT (polled)."""
+    wanted = set(rids)
+    deadline = trio.current_time() + FORM_TIMEOUT
+    while trio.current_time() < deadline:
+        if wanted.issubset(host.peers):
+            return True
+        await trio.sleep(0.005)
+    return wanted.issubset(host.peers)
+
+
+async def fill(host: zl.Host, kind: str, prefix: str, count: int, size: int) -> dict[str, int]:
+    """Make ``count`` Spots here, each with ``size`` bytes of data; their data's CRCs by id."""
+    crcs: dict[str, int] = {}
+    limit = trio.Semaphore(32)
+
+    async def one(spot_id: str) -> None:
+        async with limit:
+            call = host.route.request_to_spot(spot_id, Fill(size), reply_type=Filled)
+            if kind == "instance":
+                call = call.instance_spot("bench.HeldInstance")
+            else:
+                await host.spots.get_or_create(spot_id, "bench.Held").submit()
+            crcs[spot_id] = (await call.submit()).crc
+
+    async with trio.open_nursery() as nursery:
+        for number in range(count):
+            nursery.start_soon(one, f"{prefix}-{number:04}")
+    return crcs
+
+
+async def host_process(dsn: str, mesh: str, security: str) -> None:
+    moves = MoveLog()
+    logger = logging.getLogger("zlink_trio.runtime.relocation")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(moves)
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(warnings)
+    process = HostProcess(dsn, mesh, security, moves)
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    async with trio.open_nursery() as nursery:
+        buffer = b""
+        while True:
+            data = await stdin.receive_some()
+            if not data:
+                break
+            buffer += data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                try:
+                    answer = await process.command(nursery, line.decode().split())
+                except Exception as error:  # said to the parent, which stops the run
+                    answer = {"error": f"{type(error).__name__}: {error}"}
+                print(json.dumps(answer), flush=True)
+        for stop in process.stops.values():
+            stop.set()
+
+
+# --- the parent's side of a host process ------------------------------------------------------
+
+
+class BenchError(Exception):
+    """The hosts could not be formed or a relocation failed; nothing can be measured."""
+
+
+class Child:
+    """A host process, driven by one command at a time."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self._buffer = b""
+
+    @classmethod
+    async def start(cls, dsn: str, mesh: str, security: str) -> Child:
+        command = [sys.executable, str(Path(__file__).resolve()), "--host-process", dsn, mesh]
+        command.append(security)
+        process = await trio.lowlevel.open_process(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        return cls(process)
+
+    async def ask(self, *words: object, within: float = 120.0) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        await self.process.stdin.send_all((" ".join(map(str, words)) + "\n").encode())
+        with trio.move_on_after(within):
+            while b"\n" not in self._buffer:
+                data = await self.process.stdout.receive_some()
+                if not data:
+                    raise BenchError(f"a host process ended while asked {words!r}")
+                self._buffer += data
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            answer: dict[str, Any] = json.loads(line)
+            if "error" in answer:
+                raise BenchError(f"a host process answered {words!r} with {answer['error']}")
+            return answer
+        raise BenchError(f"a host process did not answer {words!r} within {within} s")
+
+    async def see(self, rid: str, other: str) -> None:
+        """Wait until host ``rid`` of this process lists ``other`` in its peers."""
+        if not (await self.ask("see", rid, other))["seen"]:
+            raise BenchError(f"host {rid} did not see {other} within {FORM_TIMEOUT} s")
+
+    async def stop(self) -> None:
+        if self.process.stdin is not None:
+            await self.process.stdin.aclose()  # the child shuts its hosts down on EOF
+        with trio.move_on_after(30.0):
+            await self.process.wait()
+        if self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+
+
+# --- part 1: one unit's interruption ------------------------------------------------------------
+
+ERRORS_SEEN: dict[str, str] = {}
+"""The first error of each kind a caller of this process saw, as it said it."""
+
+
+def count_error(errors: dict[str, int], error: zl.ZLinkError) -> None:
+    errors[error.kind.name] = errors.get(error.kind.name, 0) + 1
+    ERRORS_SEEN.setdefault(error.kind.name, str(error))
+
+
+@attrs.define
+class Prober:
+    """Sequential requests to one Spot: when each answer came, and what went wrong."""
+
+    spot_id: str
+    answers: list[float] = attrs.Factory(list)
+    errors: dict[str, int] = attrs.Factory(dict)
+    count_errors: int = 0
+
+    async def run(self, client: zl.Host) -> None:
+        last = None
+        while True:
+            call = client.route.request_to_spot(self.spot_id, Ping(), reply_type=Pong)
+            try:
+                pong = await call.submit()
+            except zl.ZLinkError as error:
+                count_error(self.errors, error)
+                continue
+            self.answers.append(time.perf_counter())
+            if last is not None and pong.count != last + 1:
+                self.count_errors += 1
+            last = pong.count
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest gap between consecutive answers that overlaps ``[start, end]``."""
+        gaps = [
+            later - earlier
+            for earlier, later in itertools.pairwise(self.answers)
+            if later >= start and earlier <= end
+        ]
+        return max(gaps, default=end - start)
+
+
+@attrs.define
+class Interruption:
+    moves: dict[str, list[MoveTimes]] = attrs.Factory(dict)  # by size
+    outside: dict[str, list[float]] = attrs.Factory(dict)  # the longest gap of each round
+    probers: list[Prober] = attrs.Factory(list)
+    crcs_kept: bool = True
+    took: list[float] = attrs.Factory(list)
+
+
+def when_in_move(at: float, spot_id: str, kind: str, moves: list[MoveTimes], offset: float) -> str:
+    """Where a failed call's end fell in its Spot's move (``offset`` turns the source's Trio
+    clock into this process's ``perf_counter``)."""
+    move = next((m for m in moves if m.spot_id == spot_id), None)
+    if move is None:
+        return f"{kind} for {spot_id}, which did not move"
+    after = (at - (move.sealing + offset)) * 1e3
+    committed, opened = (move.committed - move.sealing) * 1e3, (move.opened - move.sealing) * 1e3
+    return (
+        f"{kind} for {spot_id} ended {after:.1f} ms after its seal began"
+        f" (its commit at {committed:.1f} ms, the target open at {opened:.1f} ms)"
+    )
+
+
+def step_means(moves: list[MoveTimes]) -> dict[str, float]:
+    """The mean milliseconds of each step of the moves (host/moving.py ``MoveTimes``)."""
+    steps = {
+        "seal (the running turn ends)": [m.sealed - m.sealing for m in moves],
+        "capture, RelocateIn + chunks, restore": [m.prepared - m.sealed for m in moves],
+        "commit (one conditional write)": [m.committed - m.prepared for m in moves],
+        "RelocateCommit (the target opens it)": [m.opened - m.committed for m in moves],
+    }
+    return {step: statistics.fmean(v) * 1e3 if v else 0.0 for step, v in steps.items()}
+
+
+def size_of(spot_id: str) -> str:
+    return "1 MiB" if spot_id.startswith("large") else "1 KiB"
+
+
+async def measure_interruption(
+    client: zl.Host, children: tuple[Child, Child], counts: Counts
+) -> Interruption:
+    figures = Interruption()
+    here = 0
+    rid = (await children[here].ask("open"))["rid"]
+    crcs: dict[str, int] = {}
+    for prefix, size in (("small", SIZES["1 KiB"]), ("large", SIZES["1 MiB"])):
+        filled = await children[here].ask("fill", rid, "user", prefix, counts.per_size, size)
+        crcs.update(filled["crcs"])
+    figures.probers = [Prober("small-0000"), Prober("large-0000")]
+    async with trio.open_nursery() as nursery:
+        for prober in figures.probers:
+            nursery.start_soon(prober.run, client)
+        for _ in range(counts.rounds):
+            there = 1 - here
+            new = (await children[there].ask("open"))["rid"]
+            await children[there].see(new, rid)
+            await children[here].see(rid, new)
+            if not await sees(client, [zl.NodeRid(new)]):
+                raise BenchError(f"the client did not see the new host {new}")
+            start = time.perf_counter()
+            answer = await children[here].ask("relocate", rid, 30.0)
+            end = time.perf_counter()
+            if not answer["ok"]:
+                raise BenchError(f"a relocation of {2 * counts.per_size} Spots: {answer['result']}")
+            figures.took.append(answer["took"])
+            for move in (MoveTimes(*fields) for fields in answer["moves"]):
+                figures.moves.setdefault(size_of(move.spot_id), []).append(move)
+            for prober in figures.probers:
+                gap = prober.longest_gap(start, end)
+                figures.outside.setdefault(size_of(prober.spot_id), []).append(gap)
+            await children[here].ask("close", rid)
+            here, rid = there, new
+        nursery.cancel_scope.cancel()
+    for spot_id, crc in crcs.items():
+        check = await client.route.request_to_spot(spot_id, Check(), reply_type=Filled).submit()
+        figures.crcs_kept = figures.crcs_kept and check.crc == crc
+    await children[here].ask("close", rid)
+    return figures
+
+
+# --- part 2: the baseline ----------------------------------------------------------------------
+
+
+def load_transport() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_transport", HERE / "transport.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def serve_zmq() -> None:
+    """The baseline's receiving process: answer every message with one byte."""
+    transport = load_transport()
+    router: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
+    router.bind("tcp://127.0.0.1:*")
+    print("READY", router.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
+    while True:
+        identity, _payload = await transport.trio_receive(router)
+        await transport.trio_send(router, [identity, b"k"])
+
+
+async def measure_transfers(counts: Counts) -> dict[str, list[float]]:
+    transport = load_transport()
+    command = [sys.executable, str(Path(__file__).resolve()), "--serve-zmq"]
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE)
+    dealer: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        assert process.stdout is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            line += await process.stdout.receive_some(1)
+        dealer.connect(line.decode().split()[1])
+        figures: dict[str, list[float]] = {}
+        for size, total in counts.transfers.items():
+            payload = os.urandom(SIZES[size])
+            latencies = figures[size] = []
+            for index in range(total // 10 + total):  # a tenth more as warm-up
+                started = time.perf_counter()
+                await transport.trio_send(dealer, [payload])
+                await transport.trio_receive(dealer)
+                if index >= total // 10:
+                    latencies.append(time.perf_counter() - started)
+        return figures
+    finally:
+        dealer.close(linger=0)
+        process.kill()
+        await process.wait()
+
+
+# --- part 3: a host of many units -------------------------------------------------------------
+
+
+@attrs.define
+class HostFigures:
+    units: int
+    took: float
+    result: str
+    steps: dict[str, float]  # mean ms of each step of a move
+    moves: int
+    answers: int
+    errors: dict[str, int]
+    longest_gap: float
+    failures: list[str]  # each failed call, placed in its Spot's move
+    cpu: tuple[float, float]  # CPU seconds of the source's and the target's process during it
+
+
+async def measure_host(
+    client: zl.Host, children: tuple[Child, Child], counts: Counts, profile: Path | None
+) -> HostFigures:
+    source, target = children
+    rid = (await source.ask("open"))["rid"]
+    half = counts.units // 2
+    await source.ask("fill", rid, "user", "unit-u", half, UNIT_STATE, within=600.0)
+    await source.ask("fill", rid, "instance", "unit-i", counts.units - half, UNIT_STATE)
+    ids = [f"unit-u-{n:04}" for n in range(half)]
+    ids += [f"unit-i-{n:04}" for n in range(counts.units - half)]
+    new = (await target.ask("open"))["rid"]
+    await target.see(new, rid)
+    await source.see(rid, new)
+    if not await sees(client, [zl.NodeRid(new)]):
+        raise BenchError(f"the client did not see the target host {new}")
+    answers: list[float] = []
+    errors: dict[str, int] = {}
+    failed: list[tuple[float, str, str]] = []  # when a call failed, to which Spot, the kind
+
+    async def traffic(seed: int) -> None:
+        pick = random.Random(seed)
+        while True:
+            spot_id = pick.choice(ids)
+            call = client.route.request_to_spot(spot_id, Ping(), reply_type=Pong)
+            try:
+                await call.submit()
+                answers.append(time.perf_counter())
+            except zl.ZLinkError as error:
+                count_error(errors, error)
+                failed.append((time.perf_counter(), spot_id, error.kind.name))
+
+    async with trio.open_nursery() as nursery:
+        for seed in range(counts.traffic):
+            nursery.start_soon(traffic, seed)
+        await trio.sleep(0.5)
+        if profile is not None:
+            await source.ask("profile")
+            await target.ask("profile")
+        pids = (source.process.pid, target.process.pid)
+        cpu = [cpu_seconds(pid) for pid in pids]
+        start = time.perf_counter()
+        answer = await source.ask("relocate", rid, 120.0, within=300.0)
+        end = time.perf_counter()
+        cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu, strict=True)]
+        if profile is not None:
+            await source.ask("profile", profile / "source.prof")
+            await target.ask("profile", profile / "target.prof")
+        await trio.sleep(0.5)
+        nursery.cancel_scope.cancel()
+    moves = [MoveTimes(*fields) for fields in answer["moves"]]
+    failures = [
+        when_in_move(at, spot_id, kind, moves, answer["offset"]) for at, spot_id, kind in failed
+    ]
+    mean = step_means(moves)
+    mean["the rest (relay, close here, next Spot)"] = (
+        (answer["took"] - sum(m.opened - m.sealing for m in moves)) / max(len(moves), 1) * 1e3
+    )
+    gaps = [b - a for a, b in itertools.pairwise(answers) if b >= start and a <= end]
+    await source.ask("close", rid)
+    await target.ask("close", new)
+    return HostFigures(
+        counts.units,
+        answer["took"],
+        answer["result"],
+        mean,
+        len(moves),
+        sum(1 for a in answers if start <= a <= end),
+        errors,
+        max(gaps, default=0.0),
+        failures,
+        (cpu[0], cpu[1]),
+    )
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "missed"
+
+
+def report(
+    parts: Interruption, base: dict[str, list[float]], host: HostFigures, counts: Counts
+) -> None:
+    print(
+        f"\n1. service interruption of one unit ({counts.rounds} relocations, "
+        f"{counts.per_size} Spots of each size each; ms)"
+    )
+    print(f"  {'':44} {'n':>5} {'p50':>8} {'p99':>8} {'max':>8}")
+    for size in SIZES:
+        moves = parts.moves.get(size, [])
+        inside = [m.opened - m.sealing for m in moves]
+        rows = (
+            ("inside: seal start -> target serves it", inside),
+            ("inside: seal start -> commit done", [m.committed - m.sealing for m in moves]),
+            ("outside: longest gap in the round", parts.outside.get(size, [])),
+            ("baseline: one plain ZeroMQ transfer", base[size]),
+        )
+        print(f"  {size}")
+        for name, values in rows:
+            if not values:
+                print(f"    {name:42} {0:5d}")
+                continue
+            p50, p99 = percentile(values, 0.5) * 1e3, percentile(values, 0.99) * 1e3
+            print(f"    {name:42} {len(values):5d} {p50:8.2f} {p99:8.2f} {max(values) * 1e3:8.2f}")
+        outside = parts.outside.get(size, [])
+        b50, b99 = percentile(base[size], 0.5), percentile(base[size], 0.99)
+        if inside and outside:
+            i99, o99 = percentile(inside, 0.99) * 1e3, percentile(outside, 0.99) * 1e3
+            print(
+                f"    ratios to the baseline: inside p50 {percentile(inside, 0.5) / b50:.1f}x"
+                f" p99 {percentile(inside, 0.99) / b99:.1f}x; outside p50"
+                f" {percentile(outside, 0.5) / b50:.1f}x p99 {percentile(outside, 0.99) / b99:.1f}x"
+            )
+            target = TARGET_MS[size]
+            print(
+                f"    interruption p99 inside {i99:.2f} ms, outside {o99:.2f} ms"
+                f" (target <= {target:g} ms): inside {verdict(i99 <= target)},"
+                f" outside {verdict(o99 <= target)}"
+            )
+            steps = ", ".join(f"{step} {ms:.2f}" for step, ms in step_means(moves).items())
+            print(f"    mean ms of each step: {steps}")
+            slowest = sorted(moves, key=lambda m: m.opened - m.sealing)[-max(len(moves) // 50, 1) :]
+            steps = ", ".join(f"{step} {ms:.2f}" for step, ms in step_means(slowest).items())
+            print(f"    the same for the slowest 2 % ({len(slowest)} moves): {steps}")
+    errors = {kind: n for prober in parts.probers for kind, n in prober.errors.items()}
+    count_errors = sum(prober.count_errors for prober in parts.probers)
+    answered = sum(len(prober.answers) for prober in parts.probers)
+    print(
+        f"  the probes: {answered} answers, errors {errors or 'none'}, {count_errors} counts"
+        f" out of sequence; every Spot's data intact after the last move:"
+        f" {'yes' if parts.crcs_kept else 'NO'}; host.relocate() of"
+        f" {2 * counts.per_size} Spots took p50 {statistics.median(parts.took) * 1e3:.0f} ms"
+    )
+    print(f"\n3. host relocation: {host.units} Spots (half User Spots, half Instance Spots,")
+    print(f"   {UNIT_STATE}-byte adapter payload), {counts.traffic} client task(s) sending")
+    print(f"  result: {host.result}; {host.moves} moves")
+    scaled = "" if host.units == 1000 else ", scaled to 1,000 units"
+    print(
+        f"  host.relocate() took {host.took:.2f} s, {host.took / max(host.units, 1) * 1e3:.2f} ms"
+        f" a unit (target for 1,000: <= 5 s{scaled}):"
+        f" {verdict(host.took * 1000 / max(host.units, 1) <= 5.0)}"
+    )
+    print(
+        f"  CPU used meanwhile (every thread): the relocating process {host.cpu[0]:.2f} s,"
+        f" the target's {host.cpu[1]:.2f} s"
+    )
+    print("  mean time of each step of one move, ms:")
+    for step, ms in host.steps.items():
+        print(f"    {step:44} {ms:7.2f}")
+    print(
+        f"  traffic during it: {host.answers} answers, errors {host.errors or 'none'},"
+        f" longest gap between answers {host.longest_gap * 1e3:.1f} ms"
+    )
+    print(
+        '  not measured: the Actor half of the target ("1,000 Spots and 1,000 Actors"):'
+        " moving Actors is not built yet; a host holding one ends BLOCKED/STATE_INCOMPATIBLE"
+        " before anything is sealed (host/relocation.py, issue 14)"
+    )
+    for failure in host.failures[:10]:
+        print(f"  {failure}")
+    for kind, said in ERRORS_SEEN.items():
+        print(f"  the first {kind} a caller saw: {said}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) a process has used so far; 0 without /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def steal() -> tuple[int, int]:
+    """The machine's (steal, total) jiffies so far, from /proc/stat; (0, 0) without it."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
+
+
+def print_profile(title: str, path: Path) -> None:
+    if not path.exists():
+        print(f"\n{title}: no profile written")
+        return
+    out = io.StringIO()
+    stats = pstats.Stats(str(path), stream=out)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(40)
+    print(f"\n{title} while part 3's host relocated, by own time, then cumulative:")
+    print("\n".join(out.getvalue().splitlines()))
+
+
+async def run(args: argparse.Namespace, dsn: str, profile_dir: Path | None) -> None:
+    counts = QUICK if args.quick else FULL
+    print(f"python {sys.version.split()[0]}, pyzmq {zmq.__version__}, libzmq {zmq.zmq_version()}")
+    print(f"transport_security={args.security!r} for every host; the baseline is plain ZeroMQ")
+    started = time.perf_counter()
+    base = await measure_transfers(counts)
+    print(f"baseline measured in {time.perf_counter() - started:.1f} s")
+    mesh = f"bench-{uuid.uuid4().hex[:8]}"
+    async with zl.open_host(client_app, config(dsn, mesh, args.security)) as client:
+        children = (
+            await Child.start(dsn, mesh, args.security),
+            await Child.start(dsn, mesh, args.security),
+        )
+        try:
+            started = time.perf_counter()
+            parts = await measure_interruption(client, children, counts)
+            print(f"part 1 measured in {time.perf_counter() - started:.1f} s")
+            started = time.perf_counter()
+            host = await measure_host(client, (children[1], children[0]), counts, profile_dir)
+            print(f"part 3 measured in {time.perf_counter() - started:.1f} s")
+        finally:
+            with trio.CancelScope(shield=True):
+                for child in children:
+                    await child.stop()
+        await client.shutdown()
+    report(parts, base, host, counts)
+    if profile_dir is not None:
+        print_profile("the relocating host's process", profile_dir / "source.prof")
+        print_profile("the target host's process", profile_dir / "target.prof")
+
+
+def measure(args: argparse.Namespace) -> int:
+    total = time.perf_counter()
+    stolen, jiffies = steal()
+    failure = None
+    with tempfile.TemporaryDirectory(prefix="zlink-bench-relocation-") as folder:
+        profile_dir = Path(folder) if args.profile else None
+        dsn = os.environ.get(DSN_VARIABLE) or None
+        server = None if dsn else EmbeddedPostgres(Path(folder) / "pgdata")
+        try:
+            if server is not None:
+                dsn = trio.run(server.start, 60.0)
+                print("store: embedded PostgreSQL (temporary)")
+            else:
+                print(f"store: {DSN_VARIABLE}")
+            assert dsn is not None
+            trio.run(run, args, dsn, profile_dir)
+        except (BenchError, zl.ZLinkError, zl.ConfigurationError) as error:
+            failure = f"{type(error).__name__}: {error}"
+        finally:
+            if server is not None:
+                trio.run(server.stop, 60.0)
+    if failure is not None:
+        print(f"bench/relocation.py: nothing measured: {failure}", file=sys.stderr)
+        return 1
+    stolen2, jiffies2 = steal()
+    share = (stolen2 - stolen) / max(jiffies2 - jiffies, 1) * 100
+    load = ", ".join(f"{figure:.1f}" for figure in os.getloadavg())
+    print(
+        f"\ntotal {time.perf_counter() - total:.1f} s; load average {load} on {os.cpu_count()}"
+        f" CPUs; CPU steal during the run {share:.1f} %"
+    )
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny counts, a smoke run")
+    parser.add_argument("--security", choices=("curve", "none"), default="curve")
+    parser.add_argument("--profile", action="store_true", help="cProfile the host processes")
+    parser.add_argument("--host-process", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-zmq", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_zmq:
+        trio.run(serve_zmq)
+        return 0
+    if args.host_process:
+        trio.run(host_process, *args.host_process)
+        return 0
+    return measure(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

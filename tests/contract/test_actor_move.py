@@ -1,0 +1,390 @@
+"""An Actor of the Entry Spot moves to another host when its host relocates (specs/relocation.md
+RELOC-61..RELOC-63; actors/sealing.py, host/moving.py ``move_actor``, routing/arrivals.py): its
+state through its adapter, its generation, and the messages that waited at the seal, answered
+from the target."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+import zlink_trio as zl
+from zlink_trio.testing import TestHost, open_test_host, open_test_stores
+
+app = zl.Application()
+
+
+@app.message("amove.Add")
+@attrs.frozen
+class Add:
+    amount: int
+
+
+@app.message("amove.Get")
+@attrs.frozen
+class Get:
+    pass
+
+
+@app.message("amove.Count")
+@attrs.frozen
+class Count:
+    value: int
+    node: str
+    spot: str
+
+
+@app.message("amove.Stall")
+@attrs.frozen
+class Stall:
+    pass
+
+
+@app.message("amove.Join")
+@attrs.frozen
+class Join:
+    spot: str
+
+
+@app.message("amove.Mark")
+@attrs.frozen
+class Mark:
+    label: str
+
+
+stalled = trio.Event()
+go_on = trio.Event()
+marks: list[tuple[str, str]] = []
+"""(label, node) of every Mark handled, in the order handled."""
+
+
+class WalletState(zl.ActorRelocationAdapter["Wallet"]):
+    async def capture(self, target: Wallet) -> bytes:
+        return target.value.to_bytes(8, "big")
+
+    async def restore(self, target: Wallet, payload: bytes) -> None:
+        target.value = int.from_bytes(payload, "big")
+
+
+class Tally:
+    """What every Actor of these tests does: keep a count, say it with where it runs."""
+
+    context: Any
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Count:
+        ref = self.context.ref
+        return Count(self.value, ref.node_rid.value, self.context.spot_id.value)
+
+    @zl.packet_handler(Mark)
+    async def mark(self, msg: Mark) -> None:
+        marks.append((msg.label, self.context.ref.node_rid.value))
+
+    @zl.request_handler(Stall)
+    async def stall(self, req: Stall) -> Count:
+        stalled.set()
+        await go_on.wait()
+        ref = self.context.ref
+        return Count(self.value, ref.node_rid.value, self.context.spot_id.value)
+
+    @zl.packet_handler(Join)
+    async def join(self, msg: Join) -> None:
+        self.context.join_spot(msg.spot).defer()
+
+
+@app.actor("amove.Wallet", relocation=zl.preserve_state_with(WalletState))
+class Wallet(Tally, zl.Actor):
+    pass
+
+
+@app.actor("amove.Visitor", relocation=zl.recreate_on_relocation())
+class Visitor(Tally, zl.Actor):
+    pass
+
+
+class Broken(zl.ActorRelocationAdapter["Stubborn"]):
+    async def capture(self, target: Stubborn) -> bytes:
+        raise RuntimeError("this state cannot be written down")
+
+    async def restore(self, target: Stubborn, payload: bytes) -> None:
+        raise AssertionError("never captured, so never restored")
+
+
+@app.actor("amove.Stubborn", relocation=zl.preserve_state_with(Broken))
+class Stubborn(Tally, zl.Actor):
+    pass
+
+
+class RoomState(zl.SpotRelocationAdapter["Room"]):
+    async def capture(self, target: Room) -> bytes:
+        return target.value.to_bytes(8, "big")
+
+    async def restore(self, target: Room, payload: bytes) -> None:
+        target.value = int.from_bytes(payload, "big")
+
+
+@app.user_spot("amove.Room", relocation=zl.preserve_state_with(RoomState))
+class Room(zl.Spot):
+    def __init__(self) -> None:
+        self.value = 0
+
+    async def on_actor_join(
+        self, actor_id: zl.ActorId, request: object | None
+    ) -> zl.SpotActorJoinResult:
+        return zl.SpotActorJoinResult.accept()
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Count:
+        ref = self.context.ref
+        return Count(self.value, ref.node_rid.value, ref.spot_id.value)
+
+
+def _get(host: TestHost, actor_id: str) -> Any:
+    return host.route.request_to_actor(actor_id, Get(), reply_type=Count)
+
+
+async def _meet(one: TestHost, other: TestHost) -> None:
+    with trio.fail_after(10):
+        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
+
+
+@pytest.mark.spec("RELOC-61", "RELOC-23")
+async def test_an_entry_actor_moves_with_its_state_and_generation(store_dsn: str) -> None:
+    """A Wallet with an adapter and a Visitor made anew: after the source relocates, both answer
+    from the target's Entry Spot, the first with its count, the second from a fresh instance,
+    each with the generation it had; find() names the target and the source holds neither."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, relocation_payload_chunk_limit_bytes=3
+        ) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        wallet = await source.actors.create("w-1", "amove.Wallet").submit()
+        visitor = await source.actors.create("v-1", "amove.Visitor").submit()
+        assert wallet.actor_ref is not None
+        assert visitor.actor_ref is not None
+        for amount in (5, 6, 7):
+            await source.route.send_to_actor("w-1", Add(amount)).submit()
+        await source.route.send_to_actor("v-1", Add(3)).submit()
+        assert 18 == (await _get(source, "w-1").submit()).value
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        moved_to = target.node_rid.value
+        entry = target.host._tree.spots.entry.spot_id.value  # type: ignore[union-attr]
+        # Asked from the source (its follow window relays) and from the target itself.
+        for asking in (source, target):
+            assert Count(18, moved_to, entry) == await _get(asking, "w-1").submit()
+            assert Count(0, moved_to, entry) == await _get(asking, "v-1").submit()
+        found = await target.actors.find("w-1")
+        assert found is not None
+        assert wallet.actor_ref.object_generation == found.object_generation
+        assert target.node_rid == found.node_rid
+        found_visitor = await target.actors.find("v-1")
+        assert found_visitor is not None
+        assert visitor.actor_ref.object_generation == found_visitor.object_generation
+        actors = source.host._tree.actors  # type: ignore[union-attr]
+        assert not actors.actors
+        assert not actors.live
+
+
+@pytest.mark.spec("RELOC-62")
+async def test_what_waited_in_an_actors_queue_runs_on_the_target_in_order(
+    store_dsn: str,
+) -> None:
+    """A turn runs when the relocation starts, with sends and a request queued behind it: the
+    turn ends on the source, then what was queued runs on the target in order, and the
+    request's caller gets the target's answer."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    marks.clear()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.actors.create("w-2", "amove.Wallet").submit()
+        await source.route.send_to_actor("w-2", Add(1)).submit()
+        answers: dict[str, Count] = {}
+        results: list[zl.RelocationResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def stall() -> None:
+                call = source.route.request_to_actor("w-2", Stall(), reply_type=Count)
+                answers["stall"] = await call.submit()
+
+            async def queued() -> None:
+                answers["queued"] = await _get(source, "w-2").submit()
+
+            nursery.start_soon(stall)
+            await stalled.wait()
+            await source.route.send_to_actor("w-2", Mark("one")).submit()
+            await source.route.send_to_actor("w-2", Add(10)).submit()
+            await source.route.send_to_actor("w-2", Mark("two")).submit()
+            nursery.start_soon(queued)
+            await trio.testing.wait_all_tasks_blocked()
+
+            async def relocate() -> None:
+                results.append(await source.host.relocate(deadline=20.0))
+
+            nursery.start_soon(relocate)
+            await trio.testing.wait_all_tasks_blocked()
+            go_on.set()
+        assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
+        assert (1, source.node_rid.value) == (answers["stall"].value, answers["stall"].node)
+        assert (11, target.node_rid.value) == (answers["queued"].value, answers["queued"].node)
+        moved_to = target.node_rid.value
+        assert [("one", moved_to), ("two", moved_to)] == marks
+
+
+@pytest.mark.spec("RELOC-63", "RELOC-18")
+async def test_an_actor_whose_capture_fails_serves_on_where_it_was(store_dsn: str) -> None:
+    """The Stubborn Actor's adapter cannot capture: the relocation ends blocked with
+    STATE_INCOMPATIBLE, the Actor serves on the source with its state, and the source serves
+    again."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.actors.create("s-1", "amove.Stubborn").submit()
+        await source.route.send_to_actor("s-1", Add(4)).submit()
+        result = await source.host.relocate(deadline=20.0)
+        assert (zl.RelocationOutcome.BLOCKED, zl.RelocationReason.STATE_INCOMPATIBLE) == (
+            result.outcome,
+            result.reason,
+        )
+        assert zl.HostStatus.SERVING == source.host.status
+        count = await _get(target, "s-1").submit()
+        assert (4, source.node_rid.value) == (count.value, count.node)
+
+
+@pytest.mark.spec("RELOC-60")
+async def test_an_actors_early_sender_is_not_served_before_the_relay(store_dsn: str) -> None:
+    """As for a Spot (test_spot_move.py): "before" waits at the seal; the target host sends
+    "after" straight to the moved Actor before the source relays "before"; "before" runs
+    first."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    marks.clear()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
+        answer_commit = arrivals.on_request
+
+        async def commit_then_send_early(source_rid: Any, unit: Any, message: Any) -> Any:
+            answer = await answer_commit(source_rid, unit, message)
+            if type(message).__name__ == "RelocateCommit":
+                await target.route.send_to_actor("w-3", Mark("after")).submit()
+            return answer
+
+        arrivals.on_request = commit_then_send_early
+        await source.actors.create("w-3", "amove.Wallet").submit()
+        results: list[zl.RelocationResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def stall() -> None:
+                await source.route.request_to_actor("w-3", Stall(), reply_type=Count).submit()
+
+            nursery.start_soon(stall)
+            await stalled.wait()
+            await source.route.send_to_actor("w-3", Mark("before")).submit()
+
+            async def relocate() -> None:
+                results.append(await source.host.relocate(deadline=20.0))
+
+            nursery.start_soon(relocate)
+            await trio.testing.wait_all_tasks_blocked()
+            go_on.set()
+        assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
+        await _get(target, "w-3").submit()  # queued behind "after" on the target
+        moved_to = target.node_rid.value
+        assert [("before", moved_to), ("after", moved_to)] == marks
+
+
+@pytest.mark.spec("RELOC-64", "RELOC-6")
+async def test_a_user_spot_moves_with_its_member_actors(store_dsn: str) -> None:
+    """A Room with two members (a Wallet with an adapter, a Visitor made anew) and a third Actor
+    in the Entry Spot: after the source relocates, the Room answers from the target with its
+    state, both members answer from the target as members of the Room (the Wallet with its
+    count, a send queued at the seal run there), and the third from the target's Entry Spot;
+    every generation is kept."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        room = await source.spots.get_or_create("room", "amove.Room").submit()
+        await source.route.send_to_spot("room", Add(9)).submit()
+        created = {}
+        for actor_id, type_name in (("m-1", "amove.Wallet"), ("m-2", "amove.Visitor")):
+            created[actor_id] = await source.actors.create(actor_id, type_name).submit()
+            await source.route.send_to_actor(actor_id, Join("room")).submit()
+        await source.actors.create("e-1", "amove.Wallet").submit()
+        await source.route.send_to_actor("m-1", Add(4)).submit()
+        await source.route.send_to_actor("m-2", Add(2)).submit()
+        before = await _get(source, "m-1").submit()
+        assert ("room", 4) == (before.spot, before.value)
+        results: list[zl.RelocationResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def stall() -> None:
+                await source.route.request_to_actor("m-1", Stall(), reply_type=Count).submit()
+
+            nursery.start_soon(stall)
+            await stalled.wait()
+            await source.route.send_to_actor("m-1", Add(30)).submit()
+
+            async def relocate() -> None:
+                results.append(await source.host.relocate(deadline=20.0))
+
+            nursery.start_soon(relocate)
+            await trio.testing.wait_all_tasks_blocked()
+            go_on.set()
+        assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
+        moved_to = target.node_rid.value
+        entry = target.host._tree.spots.entry.spot_id.value  # type: ignore[union-attr]
+        at_room = await target.route.request_to_spot("room", Get(), reply_type=Count).submit()
+        assert Count(9, moved_to, "room") == at_room
+        assert Count(34, moved_to, "room") == await _get(source, "m-1").submit()
+        assert Count(0, moved_to, "room") == await _get(target, "m-2").submit()
+        assert Count(0, moved_to, entry) == await _get(target, "e-1").submit()
+        assert room.spot_ref is not None
+        spots = target.host._tree.spots  # type: ignore[union-attr]
+        restored = spots.activations[zl.SpotId("room")]
+        assert room.spot_ref.object_generation == restored.generation
+        assert {"m-1", "m-2"} == {member.actor_id.value for member in restored.members}
+        for actor_id, result in created.items():
+            found = await target.actors.find(actor_id)
+            assert found is not None
+            assert result.actor_ref is not None
+            assert (result.actor_ref.object_generation, target.node_rid) == (
+                found.object_generation,
+                found.node_rid,
+            )
+        assert not source.host._tree.actors.live  # type: ignore[union-attr]
