@@ -11,8 +11,8 @@ What the model holds after every step:
   model knows to be live exactly one does, with the store's record naming that host's run and
   the Spot's generation, on a host that was serving when the Spot moved there;
 - per-sender order: each sender's messages were handled by a Spot in the order it sent them,
-  none twice and none that it did not send (two cases are checked without the order until the
-  runtime keeps it: ``ORDER_ACROSS_MOVES``, ``ORDER_THROUGH_FOLLOW``).
+  none twice and none that it did not send, also across a move (RELOC-60); a sender through a
+  stale route is checked without the order until the runtime keeps it (``ORDER_THROUGH_FOLLOW``).
 
 And once the example's bursts have all ended and the mesh is quiet (a ``settle`` step and the
 teardown):
@@ -30,10 +30,11 @@ waiting burst go on as it starts, so their calls meet the seal, the hand-over an
 stale burst sends every call to the host its Spot left (on the sender's transport, as a routing
 cache that has not heard of the move would), which relays it for the follow window.
 
-What the model found is reduced to the strict xfails at the end of the module: a Spot moved to
-a host that had relocated a moment ago (the model waits until the peers have read a host's
-relocated state before its next step, ``_seen_relocated``), and two ways a sender's calls are
-handled out of order across a move.
+What the model found is reduced to the tests at the end of the module: a Spot moved to a host
+that had relocated a moment ago (a strict xfail; the model waits until the peers have read a
+host's relocated state before its next step, ``_seen_relocated``), a sender that learned the new
+owner early handled out of order (RELOC-60, fixed since), and a stale route's request relayed
+ahead of the same sender's send (a strict xfail).
 
 Reproduce a failure with ``ZLINK_RELOC_MODEL_SEED=<seed>``; ``ZLINK_RELOC_MODEL_EXAMPLES`` and
 ``ZLINK_RELOC_MODEL_STEPS`` change the run's size.
@@ -87,13 +88,11 @@ PRESERVED = {"u-keep", "u-late", *INSTANCE_SPOTS}
 """The ids whose type carries its state with an adapter."""
 
 SERVING, RELOCATED, STOPPED = "serving", "relocated", "stopped"
-ORDER_ACROSS_MOVES = False
-"""Whether per-sender order is checked for a sender whose calls may straddle its Spot's move.
-Not yet: a sender that learns the new owner before the old host's relay of its earlier call
-reaches the target is handled out of order (specs/relocation.md, plan step 3; the lead's fix
-is under way). Until then such a sender's calls are checked to be handled exactly once, in any
-order, and ``test_a_sender_that_learns_the_new_owner_early_keeps_its_order`` shows the
-reordering; with the fix, set this to True and remove that test's xfail."""
+ORDER_ACROSS_MOVES = True
+"""Whether per-sender order is checked for a sender whose calls may straddle its Spot's move
+(RELOC-60). Set False to check such a sender's calls only for being handled exactly once, in any
+order: RELOC-55's pending line names one reordering RELOC-60 leaves open (a send that reaches
+the source after the commit, behind a later request of the same sender sent to the target)."""
 ORDER_THROUGH_FOLLOW = False
 """Whether per-sender order is checked for a sender whose route still names the host its Spot
 left. Not yet: that host relays a request past a send of the same sender still waiting to be
@@ -507,16 +506,26 @@ class Relocations(HostStateMachine):
             and self.mesh[live.left[2]].node_generation == live.left[1]
         )
 
-    @precondition(lambda self: bool(self._left()))
-    @rule(data=st.data(), kinds=st.lists(st.booleans(), min_size=1, max_size=4))
-    def stale_burst(self, data: st.DataObject, kinds: list[bool]) -> None:
+    @rule(
+        kinds=st.lists(st.booleans(), min_size=1, max_size=4),
+        pick=st.integers(0, len(SPOT_IDS) - 1),
+        via_pick=st.integers(0, HOSTS - 1),
+    )
+    def stale_burst(self, kinds: list[bool], pick: int, via_pick: int) -> None:
         """A sender whose route still names the host a Spot left sends and asks there, within
-        the follow window: the old host relays each to the new owner (RELOC-49)."""
-        spot_id = data.draw(st.sampled_from(self._left()), label="spot")
+        the follow window: the old host relays each to the new owner (RELOC-49). Which Spots
+        left a host depends on where the runtime moved them, so the rule draws the same
+        whatever they are (hypothesis replays an example only if its draws do not depend on
+        the runtime) and does nothing when none did."""
+        left = self._left()
+        if not left:
+            return
+        spot_id = left[pick % len(left)]
         live = self.live[spot_id]
         assert live.left is not None
         rid, _generation, old = live.left
-        via = data.draw(st.sampled_from([i for i in self._up() if i != old]), label="via")
+        senders = [i for i in self._up() if i != old]
+        via = senders[via_pick % len(senders)]
         calls = [(self._next(), request) for request in kinds]
         burst = Burst(f"b{len(self.bursts)}@{via}~{old}", spot_id, via, calls, len(calls))
         burst.stale = (rid, old)
@@ -781,17 +790,12 @@ async def test_a_spot_never_moves_to_a_host_that_relocated(store_dsn: str) -> No
         assert zl.SpotId("u-keep") not in a.host._tree.spots.activations
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="per-sender order across a move: the target opens the Spot at the commit, so a "
-    "sender that learned the new owner is handled before its earlier call that the source "
-    "still relays (specs/relocation.md plan step 3; the lead's fix is under way); found by "
-    "the relocation model",
-)
+@pytest.mark.spec("RELOC-60")
 async def test_a_sender_that_learns_the_new_owner_early_keeps_its_order(store_dsn: str) -> None:
     """Host T sends m1 to a Spot on S; it reaches S while S moves the Spot to T (after the seal,
     before the commit). Once T answered the commit, T sends m2, now to its own Spot. m1, relayed
-    by S after the commit, must still be handled before m2: one sender, one order."""
+    by S after the commit, is still handled before m2: one sender, one order. (Found by the
+    relocation model before RELOC-60 was built; it failed then with m2 first.)"""
     handled.clear()
     async with (
         open_test_stores(store_dsn) as stores,
@@ -834,8 +838,8 @@ async def test_a_sender_that_learns_the_new_owner_early_keeps_its_order(store_ds
 @pytest.mark.xfail(
     strict=True,
     reason="the follow window relays a request from a task of its own, past a send of the same "
-    "sender still waiting to be relayed (routing/inbound.py, since 1033c6a), so a stale "
-    "route's send and then request reach the new owner reversed; found by the relocation model",
+    "sender still waiting to be relayed, so a stale route's send and then request reach the new "
+    "owner reversed (RELOC-60 says so; RELOC-55 pending); found by the relocation model",
 )
 async def test_a_stale_route_keeps_a_senders_order(store_dsn: str) -> None:
     """After a Spot moved from S to T, host C, whose route still names S, sends m1 and then
