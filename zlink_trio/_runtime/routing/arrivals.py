@@ -132,6 +132,8 @@ class Arrivals:
         self._node.check_admitting()
         if isinstance(message, RelocateIn):
             self.drop(target)
+            if self._node.placing is not None:  # a relocating host takes nothing (RELOC-44)
+                return RelocateAnswer(False, f"this host takes no new units: {self._node.placing}")
             if isinstance(target, SpotId):
                 return await self._begin_spot(source, target, message)
             return await self._begin_actor(source, target, message)

@@ -10,17 +10,25 @@ served here.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 import trio
 
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio._wire import Request, Send
+from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, SpotId
 
-__all__ = ["Moved"]
+__all__ = ["Moved", "relay_followed"]
+
+_log = logging.getLogger("zlink_trio.runtime.relocation")
 
 
 class Moved:
@@ -56,3 +64,55 @@ class Moved:
             del self._moved[unit]
             return None
         return remote, Owner(owner)
+
+
+async def relay_followed(
+    node: LocalNode,
+    followed: tuple[Remote, Owner],
+    message: Send | Request,
+    reply: Callable[[Request, object], None],
+    nursery: trio.Nursery | None,
+) -> None:
+    """Relay a peer's ``message`` for a unit that moved away to its new owner, from the
+    transport's reader, so that one sender's messages get there in the order they came
+    (RELOC-68): a send once the transport has it, a request once it is on its way, its answer
+    (or error) given to ``reply`` from a task in ``nursery``."""
+    relay, owner = followed
+    arrived = node.clock.now()
+    request = message if type(message) is Request else None
+    try:
+        decoded = node.registry.messages.decode(message.message_type, message.payload)
+        metadata, instance = dict(message.metadata), message.instance_spot_type
+        if request is None:
+            await relay.send(owner, message.target, decoded, metadata, instance)
+            return
+        if nursery is None:
+            raise ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving peers any more")
+    except ZLinkError as error:
+        if request is not None:
+            reply(request, error)
+        else:
+            _log.warning("a send to %s was not relayed: %s", message.target, error)
+        return
+    deadline = arrived + max(request.budget_us / 1_000_000, 1e-6)
+
+    async def relayed(*, task_status: trio.TaskStatus[None]) -> None:
+        submitted = False
+
+        def on_submitted() -> None:
+            nonlocal submitted
+            if not submitted:
+                submitted = True
+                task_status.started()
+
+        try:
+            result: object = await relay.request(
+                owner, request.target, decoded, object, metadata, instance, deadline, on_submitted
+            )
+        except ZLinkError as error:
+            result = error
+        finally:
+            on_submitted()
+        reply(request, result)
+
+    await nursery.start(relayed)  # the next message goes once this one is on its way

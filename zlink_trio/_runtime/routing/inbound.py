@@ -28,6 +28,10 @@ a caller whose own host runs on, an owner that went away: ``UNAVAILABLE``, never
 Rule 6: a reply is encoded within this host's message limit and its caller's (limits.py Rule
 2); one over either answers the request with the ``PROTOCOL_ERROR`` naming the limit instead
 (MSG-2, MSG-6), one that cannot be encoded with ``INTERNAL_FAILURE`` (MSG-5).
+Rule 8: work for a unit that moved away from here (follow.py) is relayed to its new owner by
+the reader itself, a send once the transport has it and a request once it is on its way (its
+answer awaited in a task), so one sender's messages reach the new owner in the order they came
+(RELOC-68).
 Rule 7: the requests of a unit moving here (``zlink.Relocate*``) are the framework's, and what
 the source relays to a unit committed here but not open yet goes in front of it: both are
 ``moves_in.py``'s, from the reader itself where order matters.
@@ -54,6 +58,7 @@ from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.arrivals import Arrivals
 from zlink_trio._runtime.routing.backlog import Backlogs
 from zlink_trio._runtime.routing.credit import PAUSE, RESUME
+from zlink_trio._runtime.routing.follow import relay_followed
 from zlink_trio._runtime.routing.local import (
     InstanceChoice,
     reply_failure,
@@ -73,6 +78,8 @@ _log = logging.getLogger("zlink_trio.runtime.remote")
 
 # Compared as plain strings: every message from a peer passes these checks (the wire's hot path).
 _CLOSE_SPOT = CLOSE_SPOT.value
+_FRAMEWORK = RELOCATE | {_CLOSE_SPOT}
+"""The framework's requests: never relayed for a unit that moved away."""
 _CREDIT = frozenset({PAUSE.value, RESUME.value})
 
 
@@ -109,6 +116,11 @@ class Inbound:
             return
         if self.arrivals.under_way and self._moves.take(origin, message):
             return
+        followed = self._messaging.moved.followed(message.target, self._remote)
+        if followed is not None and message.message_type.value not in _FRAMEWORK:
+            reply = partial(self._reply, origin)
+            await relay_followed(self._node, followed, message, reply, self._nursery)
+            return
         if type(message) is Send:
             await self._inbound_send(origin, message)
             return
@@ -127,10 +139,6 @@ class Inbound:
             self._moves.answer(origin, message, nursery)
             return
         target = message.target
-        if self._messaging.moved.followed(target, self._remote):
-            # It moved away: relayed from a task of its own (messaging.py Rule 10).
-            nursery.start_soon(self._inbound_request, origin, message, arrived)
-            return
         if waiting := self.backlogs.holds(target):
             # Full, with sends that came first still waiting: refused, never ahead of them.
             full = f"{target} is full: {waiting} messages from peers wait for it"
