@@ -31,11 +31,12 @@ waiting burst go on as it starts, so their calls meet the seal, the hand-over an
 stale burst sends every call to the host its Spot left (on the sender's transport, as a routing
 cache that has not heard of the move would), which relays it for the follow window.
 
-What the model found is reduced to the tests at the end of the module: a Spot moved to a host
-that had relocated a moment ago (a strict xfail; the model waits until the peers have read a
-host's relocated state before its next step, ``_seen_relocated``), a sender that learned the new
-owner early handled out of order (RELOC-60, fixed since), and a stale route's request relayed
-ahead of the same sender's send (a strict xfail).
+What the model found is reduced to the tests at the end of the module, each fixed since: a Spot
+moved to a host that had relocated a moment ago (RELOC-67; the model still waits until the peers
+have read a host's relocated state before its next step, ``_seen_relocated``, because it expects
+every relocation to end RELOCATED), a sender that learned the new owner early handled out of
+order (RELOC-60), and a stale route's request relayed ahead of the same sender's send
+(RELOC-68).
 
 Reproduce a failure with ``ZLINK_RELOC_MODEL_SEED=<seed>``; ``ZLINK_RELOC_MODEL_EXAMPLES`` and
 ``ZLINK_RELOC_MODEL_STEPS`` change the run's size.
@@ -97,11 +98,10 @@ to the target), and with this True the model saw one in about 400 examples of 16
 on one host: 21..26 handled as 21, 22, 23, 26, 24, 25), too often for CI. Until it is closed
 such a sender's calls are checked to be handled exactly once, in any order; RELOC-60 itself is
 ``test_a_sender_that_learns_the_new_owner_early_keeps_its_order``. Set True to soak for it."""
-ORDER_THROUGH_FOLLOW = False
+ORDER_THROUGH_FOLLOW = True
 """Whether per-sender order is checked for a sender whose route still names the host its Spot
-left. Not yet: that host relays a request past a send of the same sender still waiting to be
-relayed (``test_a_stale_route_keeps_a_senders_order``); until it is fixed, such a sender's calls
-are checked to be handled exactly once, in any order."""
+left: yes since that host relays in arrival order (RELOC-68,
+``test_a_stale_route_keeps_a_senders_order``)."""
 
 app = zl.Application()
 
@@ -373,10 +373,10 @@ class Relocations(HostStateMachine):
         """Wait until every other host that is up lists host ``index``'s run as relocated.
 
         The relocation's target is the first serving peer in the relocating host's view, and
-        the target does not refuse a move while it relocates itself: a host relocated a moment
-        ago, whose new state its peers have not read yet, can be chosen and take the Spot
-        (``test_a_spot_never_moves_to_a_host_that_relocated``). Until that is fixed, the model
-        lets the peers see the state before its next step."""
+        a host relocated a moment ago, whose new state its peers have not read yet, can be chosen
+        (``test_a_spot_never_moves_to_a_host_that_relocated``). That target now refuses the move
+        (RELOC-67) and the relocation ends blocked; the model expects every relocation to end
+        RELOCATED, so it lets the peers see the state before its next step."""
         relocated = self.mesh[index]
 
         async def seen() -> None:
