@@ -576,3 +576,31 @@ async def test_a_per_actor_spots_own_timer_stays_behind(store_dsn: str) -> None:
         assert target.node_rid.value == at.node
         shell = target.host._tree.spots.activations[zl.SpotId("hall-3")]  # type: ignore[union-attr]
         assert () == tuple(shell.timers.states(trio.current_time()))
+
+
+@pytest.mark.spec("RELOC-44")
+async def test_a_relocated_host_finds_what_lives_elsewhere(store_dsn: str) -> None:
+    """A host that has relocated places nothing new, but its get_or_create of a Spot or Actor
+    that lives on another host finds it there (EXISTING, with that host's ref), and an id that
+    lives nowhere is refused UNAVAILABLE."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as relocated,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=relocated.mesh) as other,
+    ):
+        await _meet(relocated, other)
+        room = await other.spots.get_or_create("room-e", "amove.Room").submit()
+        wallet = await other.actors.create("w-e", "amove.Wallet").submit()
+        result = await relocated.host.relocate(deadline=5.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        found = await relocated.spots.get_or_create("room-e", "amove.Room").submit()
+        assert (zl.SpotCreateStatus.EXISTING, room.spot_ref) == (found.status, found.spot_ref)
+        actor = await relocated.actors.get_or_create("w-e", "amove.Wallet").submit()
+        assert (zl.ActorCreateStatus.EXISTING, wallet.actor_ref) == (actor.status, actor.actor_ref)
+        for attempt in (
+            relocated.spots.get_or_create("room-new", "amove.Room").submit(),
+            relocated.actors.get_or_create("w-new", "amove.Wallet").submit(),
+        ):
+            with pytest.raises(zl.ZLinkError) as refused:
+                await attempt
+            assert zl.ErrorKind.UNAVAILABLE == refused.value.kind

@@ -31,7 +31,7 @@ from zlink_trio._runtime.declarations.values import (
     ActorCreateStatus,
 )
 from zlink_trio._runtime.engines.completion import shutting_down
-from zlink_trio._runtime.ownership.authority import Held
+from zlink_trio._runtime.ownership.authority import READY, Claim, Held
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, ActorRef, MeshName, SpotKind, StableTypeName
 
@@ -161,14 +161,27 @@ async def _create_new(
     exclusive: bool,
 ) -> ActorCreateResult:
     node = actors.node
-    node.check_placing()
-    try:
-        claimed = await node.authority.claim(actor_id, SpotKind.INVALID, type_name)
-    except trio.Cancelled:
-        # The claim's outcome is unknown (DEC-17): read it back and undo it if it was ours.
-        with trio.CancelScope(shield=True), trio.move_on_after(node.config.store_release_timeout):
-            await node.authority.forget_if_ours(actor_id)
-        raise
+    claimed: Claim | Held
+    if node.placing is not None and not exclusive:
+        # Relocating: nothing new is placed here, but an Actor that lives elsewhere is found as
+        # anywhere (RELOC-44).
+        record = await node.authority.read(actor_id)
+        if record is None or record.state != READY or await node.authority.is_stale(record):
+            node.check_placing()
+        assert record is not None  # check_placing raised otherwise
+        claimed = Held(record)
+    else:
+        node.check_placing()
+        try:
+            claimed = await node.authority.claim(actor_id, SpotKind.INVALID, type_name)
+        except trio.Cancelled:
+            # The claim's outcome is unknown (DEC-17): read it back, undo it if it was ours.
+            with (
+                trio.CancelScope(shield=True),
+                trio.move_on_after(node.config.store_release_timeout),
+            ):
+                await node.authority.forget_if_ours(actor_id)
+            raise
     if isinstance(claimed, Held):
         record = claimed.record
         if record.type_name != type_name:

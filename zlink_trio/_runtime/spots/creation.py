@@ -23,7 +23,8 @@ import trio
 from zlink_trio._runtime.declarations.values import SpotCreateResult, SpotCreateStatus
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import current_turn
-from zlink_trio._runtime.ownership.authority import Held
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.ownership.authority import READY, Claim, Held
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -111,14 +112,18 @@ async def _create_new(
 ) -> SpotCreateResult:
     node = spots.node
     spot_type = node.registry.spot_types[type_name]
-    node.check_placing()
-    try:
-        claimed = await node.authority.claim(spot_id, SpotKind.USER, type_name)
-    except trio.Cancelled:
-        # The claim's outcome is unknown (DEC-17): read it back and undo it if it was ours.
-        with trio.CancelScope(shield=True), trio.move_on_after(node.config.store_release_timeout):
-            await node.authority.forget_if_ours(spot_id)
-        raise
+    claimed: Claim | Held
+    if node.placing is not None and not generated:
+        # Relocating: nothing new is placed here, but a Spot that lives elsewhere is found as
+        # anywhere (RELOC-44).
+        record = await node.authority.read(spot_id)
+        if record is None or record.state != READY or await node.authority.is_stale(record):
+            node.check_placing()
+        assert record is not None  # check_placing raised otherwise
+        claimed = Held(record)
+    else:
+        node.check_placing()
+        claimed = await _claim(node, spot_id, type_name)
     if isinstance(claimed, Held):
         record = claimed.record
         if record.kind is not SpotKind.USER or record.type_name != type_name:
@@ -184,3 +189,13 @@ async def close(spots: SpotCatalog[Activation], ref: SpotRef) -> bool:
         return True
     await current.closed.wait()
     return True
+
+
+async def _claim(node: LocalNode, spot_id: SpotId, type_name: StableTypeName) -> Claim | Held:
+    try:
+        return await node.authority.claim(spot_id, SpotKind.USER, type_name)
+    except trio.Cancelled:
+        # The claim's outcome is unknown (DEC-17): read it back and undo it if it was ours.
+        with trio.CancelScope(shield=True), trio.move_on_after(node.config.store_release_timeout):
+            await node.authority.forget_if_ours(spot_id)
+        raise
