@@ -7,10 +7,14 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trio
 
+from zlink_trio import __main__ as command
+from zlink_trio import _demo
+from zlink_trio._demo.parent import Parent
 from zlink_trio._integration.store import DSN_VARIABLE
 
 DEMO = (sys.executable, "-m", "zlink_trio", "demo")
@@ -44,10 +48,13 @@ def _row(stdout: str, name: str) -> list[str]:
     raise AssertionError(f"no summary row for {name}:\n{stdout}")
 
 
-@pytest.mark.spec("DEMO-1", "DEMO-3", "DEMO-4", "DEMO-5")
-def test_demo_runs_three_hosts_and_ends_clean(store_dsn: str) -> None:
-    """Three host processes run the workload for 3 s: progress lines, a summary where every
-    host holds activations, no errors, and an ordered shutdown with every host exiting 0."""
+@pytest.mark.spec("DEMO-1", "DEMO-3", "DEMO-4", "DEMO-5", "DEMO-7", "DEMO-8", "DEMO-9")
+def test_demo_runs_three_hosts_through_a_rolling_update_and_ends_clean(store_dsn: str) -> None:
+    """Three host processes run the workload for 3 s, and a third of the way in h1 relocates to
+    a new host h4 of version 2 and exits: progress lines, every status of the update, every
+    unit of h1 on h4 with its generation, no errors (no call failed, no read went back), a
+    summary where h1 owns nothing any more and every other host holds activations, and an
+    ordered shutdown with every host exiting 0."""
     done = subprocess.run(
         [*DEMO, "--hosts", "3", "--seconds", "3", "--dsn", store_dsn],
         capture_output=True,
@@ -61,17 +68,47 @@ def test_demo_runs_three_hosts_and_ends_clean(store_dsn: str) -> None:
     assert "hosts ready, each sees its 2 peers" in out
     progress = [line for line in out.splitlines() if PROGRESS.match(line)]
     assert len(progress) >= 2, out
-    assert "summary (3 hosts" in out
-    assert "shutdown: h3 exit 0, h2 exit 0, h1 exit 0" in out
-    for name in ("h1", "h2", "h3"):
+    assert "summary (4 hosts" in out
+    assert "shutdown: h4 exit 0, h3 exit 0, h2 exit 0, h1 exit 0" in out
+    # The update, in the order it happens (DEMO-7, DEMO-9).
+    said = [line for line in out.splitlines() if line.startswith("rolling update: ")]
+    moving = re.compile(r"^rolling update: h1 relocates (\d+) units to version 2 \(h4\)")
+    steps = [moving.sub("relocates", line).removeprefix("rolling update: ") for line in said]
+    assert [
+        "starting h4 with application version 2",
+        "h4 SERVING",
+        "relocates, then shuts down",
+        "h1 RELOCATING",
+        "h1 RELOCATED",
+        "h1 DRAINING",
+        "h1 STOPPED",
+        "h4 DRAINING",
+        "h4 STOPPED",
+    ] == steps[:9], out
+    to_move = int(next(m for line in said if (m := moving.match(line))).group(1))
+    assert to_move >= 3, out  # h1's rooms, counters and users, without its Entry Spot
+    assert any(
+        f"update h1=exited h4=SERVING moved {to_move}/{to_move}" in line for line in progress
+    )
+    assert re.search(
+        r"^rolling update: h1 \(version 1\) -> h4 \(version 2\): RELOCATED reason NONE"
+        r" in \d+\.\d\ds$",
+        out,
+        re.M,
+    ), out
+    assert f"  units moved: {to_move}/{to_move} (store: on h4 with their object generation)" in out
+    assert "  h1 went SERVING -> RELOCATING -> RELOCATED -> DRAINING -> STOPPED" in out
+    assert "  errors in the run: 0; follow relays: not counted" in out
+    for name in ("h1", "h2", "h3", "h4"):
         row = _row(out, name)
         # host node sends requests msg/s p50 p99 activations errors exit
         sends, requests = int(row[2].replace(",", "")), int(row[3].replace(",", ""))
-        assert sends > 0, out
-        assert requests > 0, out
-        assert int(row[7]) > 0, out  # activations of this node, read from the store
+        assert (sends > 0 and requests > 0) is (name != "h4"), out  # h4 only serves
+        owned = int(row[7])  # activations of this node, read from the store
+        assert owned == 0 if name == "h1" else owned > 0, out
         assert "0" == row[8], out  # errors
         assert "0" == row[9], out  # exit status
+    assert int(_row(out, "h4")[7]) == to_move + 1, out  # what moved and its own Entry Spot
     assert "errors by kind: none" in out
     assert out.rstrip().endswith("demo: ok")
     assert "Traceback" not in done.stderr
@@ -105,3 +142,30 @@ async def test_ctrl_c_still_shuts_every_host_down(store_dsn: str) -> None:
     assert 130 == returncode, out
     assert "demo: interrupted" in out
     assert "shutdown: h2 exit 0, h1 exit 0" in out
+
+
+@pytest.mark.spec("DEMO-7")
+def test_no_rolling_update_leaves_the_update_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The update is on unless ``--no-rolling-update`` is given; a run without it has no
+    update to start (checked without running a demo: the flag reaches ``Parent``)."""
+    calls: list[dict[str, object]] = []
+
+    def fake_main(**options: object) -> int:
+        calls.append(options)
+        return 0
+
+    monkeypatch.setattr(_demo, "main", fake_main)
+    assert 0 == command.main(["demo", "--seconds", "2"])
+    assert 0 == command.main(["demo", "--no-rolling-update", "--hosts", "2"])
+    assert 0 == command.main(["demo", "--rolling-update"])
+    assert [True, False, True] == [options["rolling_update"] for options in calls]
+    assert {"hosts": 2, "seconds": 10.0, "dsn": None} == {
+        name: calls[1][name] for name in ("hosts", "seconds", "dsn")
+    }
+    with_update = Parent(3, 9.0, "dsn", tmp_path, sys.stdout)
+    assert with_update.update is not None
+    assert 3.0 == with_update.update.delay  # a third of the way in
+    assert with_update.update.source is with_update.hosts[0]
+    assert Parent(3, 9.0, "dsn", tmp_path, sys.stdout, rolling_update=False).update is None

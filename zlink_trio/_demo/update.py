@@ -162,7 +162,8 @@ class RollingUpdate:
         return f"{statuses} moved {self.moved}/{len(self.to_move)}"
 
     def summary(self, errors: int) -> list[str]:
-        """The summary's lines on the update; ``errors`` is the failed calls of the whole run."""
+        """The summary's lines on the update; ``errors`` is the errors of the whole run (failed
+        calls and reads that went back)."""
         if self.spare is None:
             return ["rolling update: not started"]
         relocation = self.source.relocation
@@ -188,7 +189,7 @@ class RollingUpdate:
                 f"{max(sealed) * 1000:.0f} ms"
             )
         lines.append(f"  {self.source.name} went {' -> '.join(self.source.statuses)}")
-        lines.append(f"  failed calls in the run: {errors}; follow relays: not counted")
+        lines.append(f"  errors in the run: {errors}; follow relays: not counted")
         if self.problem is not None:
             lines.append(f"  {self.problem}")
         return lines
