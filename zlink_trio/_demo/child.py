@@ -225,6 +225,7 @@ class Child:
             outer.start_soon(self.read_stdin)
             outer.start_soon(self.watch_signals)
             async with zl.open_host(self.config.app, self.config.host) as host:
+                emit("status", rid=self.plan.rid, status=host.status.name)  # before "ready"
                 outer.start_soon(self.watch_status, host)
                 await self.wait_for_peers(host)
                 emit("ready", rid=host.node_rid.value, peers=len(host.peers))

@@ -70,6 +70,8 @@ class RollingUpdate:
         self.moved: int | None = None
         """How many of them the store names on the spare with their generation, last read."""
         self.problem: str | None = None
+        self.final = False
+        """Whether ``moved`` was read after the source exited (not when interrupted before)."""
         self.done = trio.Event()
 
     async def run(self, nursery: trio.Nursery) -> None:
@@ -114,11 +116,14 @@ class RollingUpdate:
         )
         await parent.send(source, f"relocate {TO_VERSION}")
         await self._until(lambda: source.relocation is not None)
+        self.count(await parent.read_store())  # the view's next line shows it, not a second late
         if not source.relocated:
             relocation = source.relocation or {}
             raise _Failed(f"{relocation.get('outcome')}/{relocation.get('reason')}")
         await self._until(lambda: source.returncode is not None)
-        self.count(await parent.read_store())
+        rows = await parent.read_store()
+        self.count(rows)
+        self.final = rows is not None
 
     async def _until(self, done: Callable[[], bool]) -> None:
         while not done():
@@ -177,7 +182,9 @@ class RollingUpdate:
             head + f"{relocation['outcome']} reason {relocation['reason']} "
             f"in {float(relocation['seconds']):.2f}s"
         ]
-        if self.to_move is not None and self.moved is not None:
+        if not self.final:
+            lines.append("  units moved: not read after the source exited (the update did not end)")
+        elif self.to_move is not None and self.moved is not None:
             lines.append(
                 f"  units moved: {self.moved}/{len(self.to_move)} (store: on "
                 f"{self.spare.name} with their object generation)"
