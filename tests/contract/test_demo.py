@@ -116,10 +116,10 @@ def test_demo_runs_three_hosts_through_a_rolling_update_and_ends_clean(store_dsn
 
 @pytest.mark.spec("DEMO-6")
 async def test_ctrl_c_still_shuts_every_host_down(store_dsn: str) -> None:
-    """SIGINT during the workload ends it, every host still shuts down in order and exits 0,
-    and the demo exits 130."""
+    """SIGINT during the workload, just as h1 is told to relocate to the new host h3, ends it;
+    every host still shuts down in order and exits 0, and the demo exits 130."""
     process = await trio.lowlevel.open_process(
-        [*DEMO, "--hosts", "2", "--seconds", "60", "--dsn", store_dsn],
+        [*DEMO, "--hosts", "2", "--seconds", "6", "--dsn", store_dsn],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_environ(),
@@ -128,7 +128,7 @@ async def test_ctrl_c_still_shuts_every_host_down(store_dsn: str) -> None:
     try:
         assert process.stdout is not None
         with trio.fail_after(DEMO_TIMEOUT):
-            while b"msg/s" not in seen:
+            while b"rolling update: h1 relocates" not in seen:
                 chunk = await process.stdout.receive_some(4096)
                 assert chunk, seen.decode()
                 seen += chunk
@@ -141,7 +141,7 @@ async def test_ctrl_c_still_shuts_every_host_down(store_dsn: str) -> None:
     out = seen.decode()
     assert 130 == returncode, out
     assert "demo: interrupted" in out
-    assert "shutdown: h2 exit 0, h1 exit 0" in out
+    assert "shutdown: h3 exit 0, h2 exit 0, h1 exit 0" in out
 
 
 @pytest.mark.spec("DEMO-7")
