@@ -73,6 +73,9 @@ def test_demo_runs_three_hosts_through_a_rolling_update_and_ends_clean(store_dsn
     # The update, in the order it happens (DEMO-7, DEMO-9).
     said = [line for line in out.splitlines() if line.startswith("rolling update: ")]
     moving = re.compile(r"^rolling update: h1 relocates (\d+) units to version 2 \(h4\)")
+    moves = re.compile(
+        r"^  moves: [1-9]\d* \(a room with its members is one\), longest seal to open \d+ ms$", re.M
+    )
     steps = [moving.sub("relocates", line).removeprefix("rolling update: ") for line in said]
     assert [
         "starting h4 with application version 2",
@@ -87,9 +90,12 @@ def test_demo_runs_three_hosts_through_a_rolling_update_and_ends_clean(store_dsn
     ] == steps[:9], out
     to_move = int(next(m for line in said if (m := moving.match(line))).group(1))
     assert to_move >= 3, out  # h1's rooms, counters and users, without its Entry Spot
-    assert any(
-        f"update h1=exited h4=SERVING moved {to_move}/{to_move}" in line for line in progress
-    )
+    # The workload goes on after the update: units that moved are called where they are now.
+    after = [line for line in progress if "update h1=exited h4=SERVING" in line]
+    assert len(after) >= 2, out
+    assert all(f"moved {to_move}/{to_move}" in line for line in after), out
+    # msg/s; the last line may cover a moment without a report of the hosts (every 0.5 s)
+    assert any(int(line.split()[2].replace(",", "")) > 0 for line in after), out
     assert re.search(
         r"^rolling update: h1 \(version 1\) -> h4 \(version 2\): RELOCATED reason NONE"
         r" in \d+\.\d\ds$",
@@ -97,6 +103,7 @@ def test_demo_runs_three_hosts_through_a_rolling_update_and_ends_clean(store_dsn
         re.M,
     ), out
     assert f"  units moved: {to_move}/{to_move} (store: on h4 with their object generation)" in out
+    assert moves.search(out), out  # from the runtime's MoveTimes
     assert "  h1 went SERVING -> RELOCATING -> RELOCATED -> DRAINING -> STOPPED" in out
     assert "  errors in the run: 0; follow relays: not counted" in out
     for name in ("h1", "h2", "h3", "h4"):

@@ -282,11 +282,11 @@ class Parent:
                 nursery.start_soon(self.watch_failures)
                 if update is not None:
                     nursery.start_soon(update.run, processes)
-                # The workload goes on until the update has ended (it is bounded on its own).
-                while (now := trio.current_time()) < end or not (
-                    update is None or update.done.is_set()
+                # The workload goes on until a while after the update (bounded on its own).
+                while (now := trio.current_time()) < (
+                    until := end if update is None else update.until(end)
                 ):
-                    await trio.sleep(max(0.0, min(1.0, end - now)) or 1.0)
+                    await trio.sleep(min(1.0, until - now))
                     now = trio.current_time()
                     activations = activations_of(self.hosts, self.activations)
                     text = None if update is None else update.text()

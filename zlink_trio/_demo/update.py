@@ -4,7 +4,8 @@ The hosts start with application version ``FROM_VERSION``. A third of the way in
 ``RollingUpdate.run`` starts one more host process, a spare (``Plan.spare``) of version
 ``TO_VERSION``, waits until it is ready (it serves and sees every host), reads from the store
 which Spots and Actors the first host owns, and tells that host ``relocate TO_VERSION``: it
-relocates as a rolling update while every loop goes on calling, reports the result (the
+relocates as a rolling update while every loop goes on calling (and goes on for at least
+``AFTER_UPDATE`` seconds after the update ended), reports the result (the
 ``relocated`` event: outcome, reason, the seconds ``host.relocate`` took, each move's seal to
 open from the runtime's ``MoveTimes``), then shuts down. Units moved are counted from the store:
 the ids the source owned when the update began that the store now names on the spare with the
@@ -16,6 +17,7 @@ The parent drives it through ``Hosts``, the few of its methods the update needs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -25,7 +27,14 @@ import trio
 from zlink_trio._demo.record import HostRecord, count
 from zlink_trio._demo.store import StoreRows
 
-__all__ = ["FROM_VERSION", "TO_VERSION", "UPDATE_TIMEOUT", "Hosts", "RollingUpdate"]
+__all__ = [
+    "AFTER_UPDATE",
+    "FROM_VERSION",
+    "TO_VERSION",
+    "UPDATE_TIMEOUT",
+    "Hosts",
+    "RollingUpdate",
+]
 
 FROM_VERSION = "1"
 """The application version every host of the demo starts with."""
@@ -33,6 +42,8 @@ TO_VERSION = "2"
 """The version of the spare host, the rolling update's target."""
 UPDATE_TIMEOUT = 120.0
 """Seconds the whole update may take: the spare starting, the relocation, the source's exit."""
+AFTER_UPDATE = 1.0
+"""Seconds the workload runs on at least after the update ended, so moved units are called."""
 
 
 class Hosts(Protocol):
@@ -73,6 +84,13 @@ class RollingUpdate:
         self.final = False
         """Whether ``moved`` was read after the source exited (not when interrupted before)."""
         self.done = trio.Event()
+        self.ended = math.inf
+        """When the update ended (Trio's clock)."""
+
+    def until(self, end: float) -> float:
+        """When the workload that would end at ``end`` may end: not before ``AFTER_UPDATE``
+        seconds after the update."""
+        return max(end, self.ended + AFTER_UPDATE)
 
     async def run(self, nursery: trio.Nursery) -> None:
         """The update; ``done`` is set when it ended, ``problem`` says why if it failed."""
@@ -85,6 +103,7 @@ class RollingUpdate:
         except _Failed as error:
             self.problem = f"rolling update: {error}"
         finally:
+            self.ended = trio.current_time()
             self.done.set()
 
     async def _update(self, nursery: trio.Nursery) -> None:
