@@ -101,7 +101,7 @@ class RollingUpdate:
         except trio.TooSlowError:
             self.problem = f"rolling update did not end within {UPDATE_TIMEOUT:.0f}s"
         except _Failed as error:
-            self.problem = f"rolling update: {error}"
+            self.problem = str(error)
         finally:
             self.ended = trio.current_time()
             self.done.set()
@@ -202,7 +202,7 @@ class RollingUpdate:
             f"in {float(relocation['seconds']):.2f}s"
         ]
         if not self.final:
-            lines.append("  units moved: not read after the source exited (the update did not end)")
+            lines.append("  units moved: not read (the update did not end)")
         elif self.to_move is not None and self.moved is not None:
             lines.append(
                 f"  units moved: {self.moved}/{len(self.to_move)} (store: on "
@@ -216,7 +216,7 @@ class RollingUpdate:
             )
         lines.append(f"  {self.source.name} went {' -> '.join(self.source.statuses)}")
         lines.append(f"  errors in the run: {errors}; follow relays: not counted")
-        if self.problem is not None:
+        if self.problem is not None and self.source.relocated:  # it failed after the move
             lines.append(f"  {self.problem}")
         return lines
 
