@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ import trio
 from zlink_trio import __main__ as command
 from zlink_trio import _demo
 from zlink_trio._demo.parent import Parent
+from zlink_trio._demo.record import HostRecord
+from zlink_trio._demo.update import RollingUpdate
 from zlink_trio._integration.store import DSN_VARIABLE
 
 DEMO = (sys.executable, "-m", "zlink_trio", "demo")
@@ -176,3 +179,61 @@ def test_no_rolling_update_leaves_the_update_out(
     assert 3.0 == with_update.update.delay  # a third of the way in
     assert with_update.update.source is with_update.hosts[0]
     assert Parent(3, 9.0, "dsn", tmp_path, sys.stdout, rolling_update=False).update is None
+
+
+class _Hosts:
+    """A parent whose one host is told to relocate and answers BLOCKED: the update's side only,
+    without processes (``update.Hosts``)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.hosts = [HostRecord(0, "m-h1", workdir / "h1.toml")]
+        self.mesh = "m"
+        self.workdir = workdir
+        self.changed = trio.Event()
+        self.said: list[str] = []
+        self.sent: list[tuple[str, str]] = []
+
+    def _note(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def say(self, text: str) -> None:
+        self.said.append(text)
+
+    def write_config(
+        self, host: HostRecord, rids: Sequence[str], version: str, *, spare: bool
+    ) -> None:
+        assert ("2", True, ["m-h1", "m-h2"]) == (version, spare, list(rids))
+
+    async def start(self, host: HostRecord, nursery: trio.Nursery) -> None:
+        host.phase = "ready"
+        self._note()
+
+    async def send(self, host: HostRecord, command: str) -> None:
+        self.sent.append((host.name, command))
+        blocked = {"outcome": "BLOCKED", "reason": "RELOCATION_DISABLED", "seconds": 0.01}
+        host.report({"event": "relocated", **blocked})
+        self._note()
+
+    async def read_store(self) -> dict[str, tuple[str, int, bool]]:
+        return {"spot/room": ("m-h1", 4, False), "spot/entry": ("m-h1", 1, True)}
+
+    async def changed_wait(self) -> None:
+        await self.changed.wait()
+
+
+@pytest.mark.spec("DEMO-7")
+async def test_a_blocked_relocation_fails_the_update(tmp_path: Path) -> None:
+    """The spare of version 2 starts, h1 is told to relocate to version 2 with its units (its
+    Entry Spot aside) to move; a BLOCKED answer is the update's problem, which fails the demo,
+    and the summary says the outcome without a units-moved figure it never read."""
+    hosts = _Hosts(tmp_path)
+    update = RollingUpdate(hosts, 0.0)
+    async with trio.open_nursery() as nursery:
+        await update.run(nursery)
+    assert [("h1", "relocate 2")] == hosts.sent
+    assert {"spot/room": 4} == update.to_move
+    assert "BLOCKED/RELOCATION_DISABLED" == update.problem
+    lines = update.summary(0)
+    assert lines[0].endswith(": BLOCKED reason RELOCATION_DISABLED in 0.01s"), lines
+    assert "  units moved: not read (the update did not end)" in lines

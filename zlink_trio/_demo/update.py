@@ -168,11 +168,6 @@ class RollingUpdate:
     def started(self) -> bool:
         return self.spare is not None
 
-    @property
-    def ok(self) -> bool:
-        """Whether the update ran to its end: everything moved and the source exited."""
-        return self.done.is_set() and self.problem is None and self.source.relocated
-
     def text(self) -> str | None:
         """The live view's part: each host's status and the units moved; ``None`` before."""
         if self.spare is None:
