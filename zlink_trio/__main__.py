@@ -113,6 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument(
         "--dsn", help="the store's DSN (default: $ZLINK_STORE_DSN, else a temporary embedded one)"
     )
+    demo.add_argument(
+        "--rolling-update",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="relocate the first host to a new host of the next version mid-run (default on)",
+    )
     demo.add_argument("--child", help=argparse.SUPPRESS)  # one demo host, started by the demo
     node = commands.add_parser("node", help="run one host of an application until stopped")
     node.add_argument("--config", required=True, help="the node's TOML configuration file")
@@ -126,7 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.child is not None:
             return _demo.child_main(args.child)
-        return _demo.main(hosts=args.hosts, seconds=args.seconds, dsn=args.dsn)
+        return _demo.main(
+            hosts=args.hosts,
+            seconds=args.seconds,
+            dsn=args.dsn,
+            rolling_update=args.rolling_update,
+        )
     if args.command == "node":
         from zlink_trio import _node
 

@@ -6,13 +6,19 @@
 share of the counters cold, creates its users and joins each to a room its own host owns), runs
 the ``Workload`` on ``run`` with a ``stats`` event every half second, and on ``shutdown`` - or
 when its input ends or a SIGTERM comes - runs ``host.shutdown()`` and exits 0. Anything that
-escapes is reported as a ``failed`` event and exit status 1. This is the host's side of
-specs/demo.md DEMO-1 (ready only once every peer is seen), DEMO-2 (the set-up), DEMO-5 and
-DEMO-6 (shut down on command, on end of input, on SIGTERM).
+escapes is reported as a ``failed`` event and exit status 1. Every change of the host's status
+is a ``status`` event. On ``relocate VERSION`` during the workload it relocates as a rolling
+update to VERSION while its loops go on calling, reports the ``relocated`` result, then stops
+its loops and shuts down (``relocate_and_shutdown`` with the loops stopped in between, so none
+of its own calls meets its shutdown); a spare host (``Plan.spare``, started for the update)
+only serves until ``shutdown``. This is the host's side of specs/demo.md DEMO-1 (ready only
+once every peer is seen), DEMO-2 (the set-up), DEMO-5 and DEMO-6 (shut down on command, on end
+of input, on SIGTERM) and DEMO-7 (the rolling update).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -24,27 +30,66 @@ import trio
 
 import zlink_trio as zl
 from zlink_trio import _node
-from zlink_trio._demo.protocol import emit, lines
-from zlink_trio._demo.workload import (
+from zlink_trio._demo.app import (
     COUNTER_TYPE,
     ROOM_TYPE,
     USER_TYPE,
     Enter,
-    Plan,
     Read,
-    Stats,
     Status,
     Total,
     UserStatus,
-    Workload,
 )
+from zlink_trio._demo.protocol import emit, lines
+from zlink_trio._demo.workload import Plan, Stats, Workload
 
-__all__ = ["STATS_INTERVAL", "WORKERS_PER_HOST", "Child", "child_main"]
+__all__ = [
+    "STATS_INTERVAL",
+    "UPDATE_DEADLINE",
+    "WORKERS_PER_HOST",
+    "Child",
+    "MoveLog",
+    "child_main",
+]
 
 STATS_INTERVAL = 0.5
 """How often a host reports its counts."""
 WORKERS_PER_HOST = 8
 """Concurrent workload loops in each host."""
+UPDATE_DEADLINE = 60.0
+"""Seconds the rolling update's relocation may take."""
+
+
+class MoveLog(logging.Handler):
+    """The moves of this host's relocation, from the runtime's ``MoveTimes`` (logged at DEBUG on
+    ``zlink_trio.runtime.relocation``, one a unit moved with its members); other records of
+    that logger at WARNING or above go on to stderr."""
+
+    LOGGER = "zlink_trio.runtime.relocation"
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.sealed: list[float] = []
+        """Per move, seconds from the start of its seal to the target told to open it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        times = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        if hasattr(times, "sealing") and hasattr(times, "opened"):
+            self.sealed.append(float(times.opened) - float(times.sealing))
+        elif record.levelno >= logging.WARNING:
+            print(self.format(record), file=sys.stderr, flush=True)
+
+    def __enter__(self) -> MoveLog:
+        logger = logging.getLogger(self.LOGGER)
+        self.level_before = logger.level
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger(self.LOGGER)
+        logger.removeHandler(self)
+        logger.setLevel(self.level_before)
 
 
 class Child:
@@ -74,7 +119,7 @@ class Child:
     async def expect(self, *wanted: str) -> str:
         """The next command; ``shutdown`` always ends the phase."""
         async for command in self.inbox:
-            if command in wanted or command == "shutdown":
+            if command.split()[0] in wanted or command == "shutdown":
                 return command
             print(f"demo child: ignoring {command!r} here", file=sys.stderr)
         return "shutdown"
@@ -144,19 +189,49 @@ class Child:
             nursery.start_soon(self.report)
             for worker in range(WORKERS_PER_HOST):
                 nursery.start_soon(workload.run, worker)
-            command = await self.expect("stop")
+            command = await self.expect("stop", "relocate")
+            if command.startswith("relocate "):
+                moved = await self.relocate(host, command.split()[1])
+                command = "relocated" if moved else await self.expect("stop")
             nursery.cancel_scope.cancel()
         emit("stats", rid=self.plan.rid, **self.stats.take())
         return command
+
+    async def relocate(self, host: zl.Host, version: str) -> bool:
+        """A rolling update to ``version`` while the loops go on; whether everything moved."""
+        with MoveLog() as moves:
+            started = trio.current_time()
+            result = await host.relocate(
+                zl.RelocationMode.ROLLING_UPDATE, target_version=version, deadline=UPDATE_DEADLINE
+            )
+            seconds = trio.current_time() - started
+        emit("status", rid=self.plan.rid, status=host.status.name)
+        emit(
+            "relocated",
+            rid=self.plan.rid,
+            outcome=result.outcome.name,
+            reason=result.reason.name,
+            seconds=seconds,
+            sealed=moves.sealed,
+        )
+        return result.relocated
+
+    async def watch_status(self, host: zl.Host) -> None:
+        async for status in host.observe():
+            emit("status", rid=self.plan.rid, status=status.name)
 
     async def run(self) -> int:
         async with trio.open_nursery() as outer:
             outer.start_soon(self.read_stdin)
             outer.start_soon(self.watch_signals)
             async with zl.open_host(self.config.app, self.config.host) as host:
+                emit("status", rid=self.plan.rid, status=host.status.name)  # before "ready"
+                outer.start_soon(self.watch_status, host)
                 await self.wait_for_peers(host)
                 emit("ready", rid=host.node_rid.value, peers=len(host.peers))
-                if await self.expect("go") == "go":
+                if self.plan.spare:
+                    await self.expect()
+                elif await self.expect("go") == "go":
                     emit("set", rid=self.plan.rid, **(await self.set_up(host)))
                     if (
                         await self.expect("run") == "run"
@@ -165,6 +240,7 @@ class Child:
                         emit("stopped", rid=self.plan.rid)
                         await self.expect()
                 await host.shutdown()
+                emit("status", rid=self.plan.rid, status=host.status.name)
             emit("closed", rid=self.plan.rid)
             outer.cancel_scope.cancel()
         return 0

@@ -43,7 +43,7 @@ async def _watch_signals(interrupted: trio.Event, hosts: Iterable[HostRecord]) -
                     host.process.kill()
 
 
-async def _demo(hosts: int, seconds: float, dsn: str | None) -> int:
+async def _demo(hosts: int, seconds: float, dsn: str | None, rolling_update: bool) -> int:
     from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
 
     interrupted = trio.Event()
@@ -60,7 +60,7 @@ async def _demo(hosts: int, seconds: float, dsn: str | None) -> int:
                 dsn = await server.start(EMBEDDED_START_TIMEOUT)
             else:
                 print("store: the PostgreSQL named by --dsn / $ZLINK_STORE_DSN", flush=True)
-            parent = Parent(hosts, seconds, dsn, workdir, sys.stdout)
+            parent = Parent(hosts, seconds, dsn, workdir, sys.stdout, rolling_update=rolling_update)
             parent_hosts.extend(parent.hosts)
             ok = await parent.run(interrupted)
             nursery.cancel_scope.cancel()
@@ -74,10 +74,11 @@ async def _demo(hosts: int, seconds: float, dsn: str | None) -> int:
     return 0 if ok else 1
 
 
-def main(*, hosts: int, seconds: float, dsn: str | None) -> int:
-    """``zlink-trio demo``: 0 when every host exited 0 and no call failed."""
+def main(*, hosts: int, seconds: float, dsn: str | None, rolling_update: bool = True) -> int:
+    """``zlink-trio demo``: 0 when every host exited 0, no call failed and the rolling update
+    (unless ``rolling_update`` is false) moved everything."""
     try:
-        return trio.run(_demo, hosts, seconds, dsn)
+        return trio.run(_demo, hosts, seconds, dsn, rolling_update)
     except (zl.ZLinkError, zl.ConfigurationError) as error:
         print(f"zlink-trio demo: {error}", file=sys.stderr)
         return 1

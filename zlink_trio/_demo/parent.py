@@ -3,13 +3,14 @@
 ``Parent`` writes one node configuration per host (the TOML format of ``zlink-trio node`` with a
 ``[demo]`` table for the ``workload``), starts each host as ``python -m zlink_trio demo --child
 FILE`` in a session of its own (so a Ctrl-C in the terminal reaches the parent only), reads their
-events and sends their commands (``protocol``). Each phase - ready, set up, run, stop - is a
-barrier over every host; then the hosts shut down one at a time, the last started first, and
-the parent prints the ``summary``. While the workload runs it polls the store for the
-activations per node and feeds the ``view``. ``command`` resolves the store and the signals and
-runs one ``Parent``. This is specs/demo.md DEMO-1 (phases as barriers), DEMO-5 (the ordered
-shutdown, the exit status) and the parent's side of DEMO-6 (an interruption still shuts down
-in order).
+events and sends their commands (``protocol``). Each phase - ready, set up, run, stop - is a barrier
+over every host; then the hosts shut down one at a time, the last started first, and the parent
+prints the ``summary``. While the workload runs it polls the store for the activations per node
+(``store``) and feeds the ``view``; with ``rolling_update`` it runs the ``update`` a third of the
+way in and keeps the workload going until that update has ended (DEMO-7). ``command`` resolves the
+store and the signals and runs one ``Parent``. This is specs/demo.md DEMO-1 (phases as barriers),
+DEMO-5 (the ordered shutdown, the exit status) and the parent's side of DEMO-6 (an interruption
+still shuts down in order).
 """
 
 from __future__ import annotations
@@ -20,19 +21,19 @@ import subprocess
 import sys
 import uuid
 from collections import Counter as Tally
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import trio
 from rich.console import Console
 
-import zlink_trio as zl
-from zlink_trio import _inspect
-from zlink_trio._demo import workload
+from zlink_trio._demo import app as demo_app
 from zlink_trio._demo.protocol import lines
-from zlink_trio._demo.record import HostRecord, count
+from zlink_trio._demo.record import HostRecord, count, set_up_text
+from zlink_trio._demo.store import StoreRows, owned, read_store
 from zlink_trio._demo.summary import Summary
+from zlink_trio._demo.update import FROM_VERSION, RollingUpdate
 from zlink_trio._demo.view import Interval, LiveView, activations_of
 
 __all__ = ["DemoFailed", "Parent"]
@@ -55,9 +56,19 @@ class DemoFailed(Exception):
 
 
 class Parent:
-    """One demo run: ``hosts`` processes on the store ``dsn``, ``seconds`` of workload."""
+    """One demo run: ``hosts`` processes on the store ``dsn``, ``seconds`` of workload, with a
+    rolling update of the first host in it unless ``rolling_update`` is false."""
 
-    def __init__(self, hosts: int, seconds: float, dsn: str, workdir: Path, out: TextIO) -> None:
+    def __init__(
+        self,
+        hosts: int,
+        seconds: float,
+        dsn: str,
+        workdir: Path,
+        out: TextIO,
+        *,
+        rolling_update: bool = True,
+    ) -> None:
         self.token = uuid.uuid4().hex[:8]
         self.mesh = f"demo-{self.token}"
         self.seconds = seconds
@@ -74,6 +85,7 @@ class Parent:
         self.interval = Interval()
         self.changed = trio.Event()
         self.running = False
+        self.update = RollingUpdate(self, seconds / 3) if rolling_update else None
 
     def note(self) -> None:
         """Wake every waiter: some host's phase, failure or exit changed."""
@@ -81,30 +93,44 @@ class Parent:
         self.changed = trio.Event()
 
     def say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        if self.console is None:
+            print(text, file=self.out, flush=True)
+        else:  # above the live view while it is drawn
+            self.console.print(text, markup=False, highlight=False)
+
+    async def changed_wait(self) -> None:
+        await self.changed.wait()
 
     # configuration and processes
 
     def write_configs(self) -> None:
-        rooms = [f"room-{n}" for n in range(2 * len(self.hosts))]
-        counters = [f"counter-{n}" for n in range(4 * len(self.hosts))]
         rids = [host.rid for host in self.hosts]
         for host in self.hosts:
-            toml = [
-                f'app = "{workload.__name__}:app"',
-                f"mesh = {_toml_string(self.mesh)}",
-                f"store_dsn = {_toml_string(self.dsn)}",
-                f"node_rid = {_toml_string(host.rid)}",
-                "",
-                "[demo]",
-                f"index = {host.index}",
-                f"rids = [{', '.join(_toml_string(rid) for rid in rids)}]",
-                f"rooms = [{', '.join(_toml_string(room) for room in rooms)}]",
-                f"counters = [{', '.join(_toml_string(c) for c in counters)}]",
-                "users_per_host = 4",
-                f"user_prefix = {_toml_string(f'{self.mesh}.user.')}",
-            ]
-            host.config.write_text("\n".join(toml) + "\n", encoding="utf-8")
+            self.write_config(host, rids, FROM_VERSION, spare=False)
+
+    def write_config(
+        self, host: HostRecord, rids: Sequence[str], version: str, *, spare: bool
+    ) -> None:
+        """The node configuration of ``host``: its application version, its ``[demo]`` plan."""
+        workload_hosts = len([host for host in self.hosts if not host.spare])
+        node = {
+            "app": f"{demo_app.__name__}:app",
+            "mesh": self.mesh,
+            "store_dsn": self.dsn,
+            "node_rid": host.rid,
+            "application_version": version,
+        }
+        plan = {
+            "index": host.index,
+            "rids": list(rids),
+            "rooms": [f"room-{n}" for n in range(2 * workload_hosts)],
+            "counters": [f"counter-{n}" for n in range(4 * workload_hosts)],
+            "users_per_host": 4,
+            "user_prefix": f"{self.mesh}.user.",
+            "spare": spare,
+        }
+        toml = [*_toml(node), "", "[demo]", *_toml(plan)]
+        host.config.write_text("\n".join(toml) + "\n", encoding="utf-8")
 
     async def start(self, host: HostRecord, nursery: trio.Nursery) -> None:
         host.process = await trio.lowlevel.open_process(
@@ -155,6 +181,12 @@ class Parent:
 
     def on_event(self, host: HostRecord, event: Mapping[str, Any]) -> None:
         kind = event.get("event")
+        if kind in ("status", "relocated"):  # no phase of the protocol
+            status = host.report(event)
+            if status is not None and self.update is not None and host in self.update.hosts():
+                self.say(f"rolling update: {host.name} {status}")
+            self.note()
+            return
         if kind == "stats":
             host.sends += int(event["sends"])
             host.requests += int(event["requests"])
@@ -180,8 +212,13 @@ class Parent:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await host.process.stdin.send_all(f"{command}\n".encode())
 
+    def workload_hosts(self) -> list[HostRecord]:
+        """The hosts that run the workload now: neither spare nor relocated away."""
+        return [host for host in self.hosts if not host.spare and not host.relocated]
+
     async def barrier(self, phase: str, limit: float) -> None:
-        """Wait until every host reports ``phase``; ``DemoFailed`` when one fails or exits."""
+        """Wait until every host that runs the workload reports ``phase``; ``DemoFailed`` when
+        any host fails or exits."""
         with trio.move_on_after(limit) as scope:
             while True:
                 failed = [host for host in self.hosts if host.failure is not None]
@@ -189,12 +226,14 @@ class Parent:
                     raise DemoFailed(
                         "; ".join(f"{host.name} ({host.rid}) {host.failure}" for host in failed)
                     )
-                waiting = [host for host in self.hosts if host.phase != phase]
+                waiting = [host for host in self.workload_hosts() if host.phase != phase]
                 if not waiting:
                     return
                 await self.changed.wait()
         if scope.cancelled_caught:
-            late = ", ".join(f"{h.name} ({h.phase})" for h in self.hosts if h.phase != phase)
+            late = ", ".join(
+                f"{h.name} ({h.phase})" for h in self.workload_hosts() if h.phase != phase
+            )
             raise DemoFailed(f"not every host reached {phase!r} within {limit:.0f}s: {late}")
 
     async def watch_failures(self) -> None:
@@ -207,20 +246,16 @@ class Parent:
 
     # the store view
 
+    async def read_store(self) -> StoreRows | None:
+        return await read_store(self.dsn, self.mesh, [host.rid for host in self.hosts])
+
     async def read_activations(self) -> dict[str, int] | None:
-        try:
-            snapshot = await _inspect._inspect(self.dsn, zl.MeshName(self.mesh), None)
-        except Exception:  # the view is best effort; the store's own errors show in hosts
+        rows = await self.read_store()
+        if rows is None:
             return None
-        counts = {host.rid: 0 for host in self.hosts}
-        view = snapshot.meshes.get(self.mesh)
-        rows = list(view.spots) if view is not None else []
-        rows.extend(snapshot.actors)
-        for row in rows:
-            owner = row.record.owner.value
-            if owner in counts:
-                counts[owner] += 1
-        return counts
+        if self.update is not None:
+            self.update.count(rows)
+        return owned(rows, [host.rid for host in self.hosts])
 
     async def poll_activations(self) -> None:
         while True:
@@ -231,7 +266,7 @@ class Parent:
 
     # the whole run
 
-    async def run_workload(self) -> None:
+    async def run_workload(self, processes: trio.Nursery) -> None:
         self.say(
             f"workload: {self.seconds:g}s over {count(len(self.hosts), 'host')} "
             "(rooms, users, counters; sends and requests from every host)"
@@ -241,14 +276,21 @@ class Parent:
             await self.send(host, "run")
         started = last = trio.current_time()
         end = started + self.seconds
+        update = self.update
         with LiveView(self.out, self.console, self.seconds) as view:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.watch_failures)
-                while (now := trio.current_time()) < end:
-                    await trio.sleep(min(1.0, end - now))
+                if update is not None:
+                    nursery.start_soon(update.run, processes)
+                # The workload goes on until a while after the update (bounded on its own).
+                while (now := trio.current_time()) < (
+                    until := end if update is None else update.until(end)
+                ):
+                    await trio.sleep(min(1.0, until - now))
                     now = trio.current_time()
                     activations = activations_of(self.hosts, self.activations)
-                    view.show(self.interval.take(now - started, now - last, activations))
+                    text = None if update is None else update.text()
+                    view.show(self.interval.take(now - started, now - last, activations, text))
                     last = now
                 nursery.cancel_scope.cancel()
 
@@ -273,13 +315,13 @@ class Parent:
                     for host in self.hosts:
                         await self.send(host, "go")
                     await self.barrier("set", SET_UP_TIMEOUT)
-                    self.say(self.set_up_text())
+                    self.say(set_up_text(self.hosts))
                     started = trio.current_time()
                     async with trio.open_nursery() as poll:
                         poll.start_soon(self.poll_activations)
-                        await self.run_workload()
+                        await self.run_workload(nursery)
                         poll.cancel_scope.cancel()
-                    for host in self.hosts:
+                    for host in self.workload_hosts():
                         await self.send(host, "stop")
                     await self.barrier("stopped", STOP_TIMEOUT)
                     self.running = False
@@ -297,17 +339,21 @@ class Parent:
             nursery.cancel_scope.cancel()
         self.say("")
         Summary.of(self.hosts, self.mesh, elapsed, self.activations).show(self.out, self.console)
+        errors: Tally[str] = Tally()
+        for host in self.hosts:
+            errors.update(host.errors)
+        if self.update is not None and self.update.started:
+            for line in self.update.summary(sum(errors.values())):
+                self.say(line)
         for host in self.hosts:
             if host.failure is not None or host.returncode != 0:
                 self.say(f"{host.name} ({host.rid}): {host.failure or 'failed'}")
                 for line in host.stderr_tail:
                     self.say(f"  {host.name} | {line}")
-        errors: Tally[str] = Tally()
-        for host in self.hosts:
-            errors.update(host.errors)
         unexpected = {kind for kind in errors if kind not in EXPECTED_ERROR_KINDS}
         ok = (
             problem is None
+            and (self.update is None or self.update.problem is None)
             and not unexpected
             and all(host.returncode == 0 and host.failure is None for host in self.hosts)
         )
@@ -316,20 +362,11 @@ class Parent:
         )
         return ok
 
-    def set_up_text(self) -> str:
-        owned = ", ".join(
-            f"{host.name} owns {count(len(host.set_up.get('own_rooms', [])), 'room')}, "
-            f"{host.set_up.get('joined', 0)}/{host.set_up.get('users', 0)} users joined, "
-            f"{count(host.set_up.get('counters', 0), 'counter')} activated cold"
-            for host in self.hosts
-        )
-        return f"set up: {owned}"
-
     async def shut_down(self) -> None:
         """Stop the workload everywhere if it still runs, then shut the hosts down one at a
         time, the last started first."""
         if self.running:
-            for host in self.hosts:
+            for host in self.workload_hosts():
                 await self.send(host, "stop")
             with contextlib.suppress(DemoFailed):
                 await self.barrier("stopped", STOP_TIMEOUT)
@@ -352,9 +389,9 @@ class Parent:
             self.say("shutdown: " + ", ".join(order))
 
 
-def _toml_string(value: str) -> str:
-    # JSON's string escapes are a subset of TOML basic strings' escapes.
-    return json.dumps(value, ensure_ascii=False)
+def _toml(table: Mapping[str, object]) -> list[str]:
+    """``key = value`` lines; JSON's strings, numbers, booleans and arrays are TOML's too."""
+    return [f"{key} = {json.dumps(value, ensure_ascii=False)}" for key, value in table.items()]
 
 
 async def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> None:

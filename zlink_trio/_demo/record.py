@@ -1,11 +1,11 @@
 """What the demo records of each host, and how its numbers read (specs/demo.md DEMO-3, DEMO-4).
 
-``HostRecord`` is everything the parent knows about one host process: its phase in the protocol,
-the counts and latencies its ``stats`` events added up, its failed calls by kind (with the first
-of each kind as an example), the tail of its stderr and its exit status. The live view
-(``view``) and the summary table (``summary``) both read these records, and both write their
-numbers with the helpers here: ``percentile`` (nearest rank), ``micros``, ``count`` and
-``errors_text`` (``none`` when nothing failed).
+``HostRecord`` is everything the parent knows about one host process: its phase in the protocol, its
+status and relocation (DEMO-7), the counts and latencies its ``stats`` events added up, its failed
+calls by kind (with the first of each kind as an example), the tail of its stderr and its exit
+status. The live view (``view``) and the summary table (``summary``) both read these records, and
+both write their numbers with the helpers here: ``percentile`` (nearest rank), ``micros``, ``count``
+and ``errors_text`` (``none`` when nothing failed).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 from collections import Counter as Tally
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
-__all__ = ["HostRecord", "count", "errors_text", "micros", "percentile"]
+__all__ = ["HostRecord", "count", "errors_text", "micros", "percentile", "set_up_text"]
 
 
 @attrs.define
@@ -43,6 +43,33 @@ class HostRecord:
     stderr_tail: deque[str] = attrs.field(factory=lambda: deque(maxlen=40))
     returncode: int | None = None
     output_ended: trio.Event = attrs.field(factory=trio.Event)
+    spare: bool = False
+    """Started for the rolling update: it runs no workload of its own (DEMO-7)."""
+    statuses: list[str] = attrs.field(factory=list)
+    """Each ``zl.HostStatus`` the host reported, by name, in order."""
+    relocation: dict[str, Any] | None = None
+    """The ``relocated`` event of its rolling update, once it relocated."""
+
+    def report(self, event: Mapping[str, Any]) -> str | None:
+        """Takes a ``status`` or ``relocated`` event; the new status if the host's changed."""
+        if event.get("event") == "relocated":
+            self.relocation = dict(event)
+            return None
+        status = str(event.get("status"))
+        if status == self.status:
+            return None
+        self.statuses.append(status)
+        return status
+
+    @property
+    def status(self) -> str | None:
+        """The host's last status it reported."""
+        return self.statuses[-1] if self.statuses else None
+
+    @property
+    def relocated(self) -> bool:
+        """Whether everything of this host moved away in a rolling update."""
+        return self.relocation is not None and self.relocation.get("outcome") == "RELOCATED"
 
     @property
     def name(self) -> str:
@@ -74,3 +101,14 @@ def errors_text(errors: Mapping[str, int]) -> str:
     if not found:
         return "none"
     return " ".join(f"{kind}={number}" for kind, number in sorted(found.items()))
+
+
+def set_up_text(hosts: Sequence[HostRecord]) -> str:
+    """The line after the set-up: rooms owned, users joined, counters activated, per host."""
+    owned = ", ".join(
+        f"{host.name} owns {count(len(host.set_up.get('own_rooms', [])), 'room')}, "
+        f"{host.set_up.get('joined', 0)}/{host.set_up.get('users', 0)} users joined, "
+        f"{count(host.set_up.get('counters', 0), 'counter')} activated cold"
+        for host in hosts
+    )
+    return f"set up: {owned}"

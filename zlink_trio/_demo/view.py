@@ -2,11 +2,13 @@
 
 Each second shows what the hosts reported since the second before (``Interval``): messages per
 second (sends and completed requests), request latency p50 and p99, the activations per node
-read from the store and the errors by kind. ``LiveView`` shows each ``Progress`` one of two
+read from the store and the errors by kind, and once the rolling update began (DEMO-9) its
+hosts' statuses and the units moved so far. ``LiveView`` shows each ``Progress`` one of two
 ways: on a terminal rich's ``Live`` redraws a small table in place; anywhere else each second is
 one plain line, the format CI logs and tests/contract/test_demo.py read::
 
     [  1.0s]     4,897 msg/s  req p50   3,033µs p99  12,266µs  activations h1=11 h2=11  errors none
+    [  2.0s]  ...  errors none  update h1=RELOCATING h3=SERVING moved 4/11
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class Progress:
     p99: int | None
     activations: tuple[tuple[str, int], ...] | None
     errors: Mapping[str, int]
+    update: str | None = None
+    """The rolling update's hosts and units moved (``update.RollingUpdate.text``), once begun."""
 
     def activations_text(self) -> str:
         if self.activations is None:
@@ -59,6 +63,7 @@ class Progress:
             f"[{self.elapsed:5.1f}s] {self.rate:>9,.0f} msg/s  req p50 {micros(self.p50):>9} "
             f"p99 {micros(self.p99):>9}  activations {self.activations_text()}  "
             f"errors {errors_text(self.errors)}"
+            + ("" if self.update is None else f"  update {self.update}")
         )
 
     def table(self, seconds: float) -> Table:
@@ -67,6 +72,8 @@ class Progress:
             title=f"after {self.elapsed:.1f}s of {seconds:g}s",
             title_justify="left",
             title_style="bold",
+            caption=None if self.update is None else f"rolling update: {self.update}",
+            caption_justify="left",
         )
         # Widths of the plain line, so the table does not jump as the numbers change.
         table.add_column("msg/s", justify="right", min_width=9)
@@ -99,7 +106,11 @@ class Interval:
         self.errors.update(errors)
 
     def take(
-        self, elapsed: float, span: float, activations: tuple[tuple[str, int], ...] | None
+        self,
+        elapsed: float,
+        span: float,
+        activations: tuple[tuple[str, int], ...] | None,
+        update: str | None = None,
     ) -> Progress:
         """The ``Progress`` of the last ``span`` seconds; starts the next interval."""
         progress = Progress(
@@ -109,6 +120,7 @@ class Interval:
             percentile(self.latencies, 0.99),
             activations,
             dict(self.errors),
+            update,
         )
         self.ops, self.latencies, self.errors = 0, [], Tally()
         return progress

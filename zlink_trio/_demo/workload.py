@@ -1,17 +1,16 @@
-"""The demo's workload: its application and the calls each host makes (specs/demo.md DEMO-2).
+"""The demo's workload: the calls each host makes (specs/demo.md DEMO-2, DEMO-8).
 
-This module owns what runs inside every demo host:
+This module owns what runs inside every demo host besides its application (``app``):
 
-- ``app``, the ``zl.Application`` each host serves, and its messages (``Say``, ``Ping``, ...),
-  its Spots (``Room``, a User Spot; ``Counter``, an Instance Spot) and its Actor (``User``);
 - ``Plan``, one host's share of the workload, read from the ``[demo]`` table of its node
   configuration;
 - ``Workload``, the loop of sends and requests to rooms, users and counters chosen at random
   among all of them, so most calls cross processes (DEMO-2), and ``Stats``, what those calls
-  counted since the last report.
+  counted since the last report. Each loop also checks that what it reads never goes back
+  (a room's lines, a counter's total, a joined user's room): a state lost in a move is counted
+  as the error kind ``STATE_LOST`` (DEMO-8).
 
-It knows nothing of processes or of the parent: ``child`` drives it, ``parent`` only names
-``app`` in the configurations it writes.
+It knows nothing of processes or of the parent: ``child`` drives it.
 """
 
 from __future__ import annotations
@@ -25,186 +24,14 @@ import attrs
 import trio
 
 import zlink_trio as zl
+from zlink_trio._demo.app import COUNTER_TYPE, Add, Ping, Pong, Read, Say, Speak, Total
 
-__all__ = [
-    "Add",
-    "COUNTER_TYPE",
-    "Counter",
-    "Enter",
-    "Ping",
-    "Plan",
-    "Pong",
-    "REQUEST_TIMEOUT",
-    "ROOM_TYPE",
-    "Read",
-    "Room",
-    "Say",
-    "Speak",
-    "Stats",
-    "Status",
-    "Total",
-    "USER_TYPE",
-    "User",
-    "UserStatus",
-    "Workload",
-    "app",
-]
+__all__ = ["REQUEST_TIMEOUT", "STATE_LOST", "Plan", "Stats", "Workload"]
 
 REQUEST_TIMEOUT = 5.0
 """Seconds one request of the workload may take."""
-
-# --- the application -----------------------------------------------------------------------
-
-app = zl.Application()
-
-
-@app.message("demo.Say")
-@attrs.frozen
-class Say:
-    text: str
-
-
-@app.message("demo.Enter")
-@attrs.frozen
-class Enter:
-    room: str
-
-
-@app.message("demo.Speak")
-@attrs.frozen
-class Speak:
-    text: str
-
-
-@app.message("demo.Ping")
-@attrs.frozen
-class Ping:
-    seq: int
-
-
-@app.message("demo.Pong")
-@attrs.frozen
-class Pong:
-    seq: int
-    user: str
-
-
-@app.message("demo.Add")
-@attrs.frozen
-class Add:
-    amount: int
-
-
-@app.message("demo.Read")
-@attrs.frozen
-class Read:
-    pass
-
-
-@app.message("demo.Total")
-@attrs.frozen
-class Total:
-    value: int
-
-
-@app.message("demo.Status")
-@attrs.frozen
-class Status:
-    pass
-
-
-@app.message("demo.UserStatus")
-@attrs.frozen
-class UserStatus:
-    room: str | None
-    outcome: str | None
-    error: str | None
-
-
-ROOM_TYPE = "demo.Room"
-COUNTER_TYPE = "demo.Counter"
-USER_TYPE = "demo.User"
-
-
-@app.user_spot(ROOM_TYPE)
-class Room(zl.Spot):
-    """A chat room: counts what is said in it; users join it as members."""
-
-    def __init__(self) -> None:
-        self.lines = 0
-        self.members = 0
-
-    async def on_actor_join(
-        self, actor_id: zl.ActorId, request: object | None
-    ) -> zl.SpotActorJoinResult:
-        return zl.SpotActorJoinResult.accept()
-
-    async def on_joined_actor(self, actor: object) -> None:
-        self.members += 1
-
-    async def on_leave_actor(self, actor: object) -> None:
-        self.members -= 1
-
-    @zl.packet_handler(Say)
-    async def say(self, msg: Say) -> None:
-        self.lines += 1
-
-    @zl.request_handler(Read)
-    async def read(self, req: Read) -> Total:
-        return Total(self.lines)
-
-
-@app.instance_spot(COUNTER_TYPE)
-class Counter(zl.InstanceSpot):
-    """A counter, activated cold by the first message any host sends it."""
-
-    def __init__(self) -> None:
-        self.total = 0
-
-    @zl.packet_handler(Add)
-    async def add(self, msg: Add) -> None:
-        self.total += msg.amount
-
-    @zl.request_handler(Read)
-    async def read(self, req: Read) -> Total:
-        return Total(self.total)
-
-
-@app.actor(USER_TYPE)
-class User(zl.Actor):
-    """A user: joins a room of its own host, speaks into it, answers pings from anywhere."""
-
-    def __init__(self) -> None:
-        self.room: str | None = None
-        self.outcome: str | None = None
-        self.error: str | None = None
-
-    @zl.packet_handler(Enter)
-    async def enter(self, msg: Enter) -> None:
-        self.context.join_spot(msg.room).defer()
-
-    async def on_join_completed(self, completion: zl.ActorJoinCompletion) -> None:
-        self.outcome = completion.outcome.name
-        if completion.outcome is zl.ActorJoinOutcome.ACCEPTED:
-            self.room = completion.spot_id
-        elif completion.error is not None:
-            self.error = completion.error.kind.name
-
-    @zl.packet_handler(Speak)
-    async def speak(self, msg: Speak) -> None:
-        if self.room is not None:
-            await self.context.route.send_to_spot(self.room, Say(msg.text)).submit()
-
-    @zl.request_handler(Ping)
-    async def ping(self, req: Ping) -> Pong:
-        return Pong(req.seq, self.context.actor_id.value)
-
-    @zl.request_handler(Status)
-    async def status(self, req: Status) -> UserStatus:
-        return UserStatus(self.room, self.outcome, self.error)
-
-
-# --- one host's share and its calls ---------------------------------------------------------
+STATE_LOST = "STATE_LOST"
+"""The error kind of a read that went back: a room, counter or user lost state it had."""
 
 
 @attrs.frozen
@@ -217,6 +44,8 @@ class Plan:
     counters: tuple[str, ...]
     users_per_host: int
     user_prefix: str
+    spare: bool = False
+    """Started for the rolling update (DEMO-7): it serves what moves to it, calls nothing."""
 
     @property
     def rid(self) -> str:
@@ -244,6 +73,7 @@ class Plan:
             tuple(str(counter) for counter in section["counters"]),
             int(section["users_per_host"]),
             str(section["user_prefix"]),
+            bool(section.get("spare", False)),
         )
 
 
@@ -265,6 +95,13 @@ class Stats:
         if kind not in self.sampled:
             self.sampled.add(kind)
             self.samples[kind] = f"{what}: {' '.join(str(error).split())}"
+
+    def regressed(self, what: str, before: int, now: int) -> None:
+        """Count a read that went back (``STATE_LOST``), keeping the first as an example."""
+        self.errors[STATE_LOST] += 1
+        if STATE_LOST not in self.sampled:
+            self.sampled.add(STATE_LOST)
+            self.samples[STATE_LOST] = f"{what} read {now} after {before}"
 
     def take(self) -> dict[str, object]:
         """The counts since the last ``take`` (the fields of a ``stats`` event); resets them."""
@@ -298,17 +135,28 @@ class Workload:
         else:
             self.stats.sends += 1
 
-    async def _request(self, what: str, submit: Callable[[], Any]) -> None:
+    async def _request(self, what: str, submit: Callable[[], Any]) -> Any:
+        """The reply, or ``None`` when the call failed (counted)."""
         started = trio.current_time()
         try:
-            await submit()
+            reply = await submit()
         except zl.ZLinkError as error:
             self.stats.failed(f"request to {what}", error)
-        else:
-            self.stats.requests += 1
-            self.stats.latencies.append(round((trio.current_time() - started) * 1_000_000))
+            return None
+        self.stats.requests += 1
+        self.stats.latencies.append(round((trio.current_time() - started) * 1_000_000))
+        return reply
 
-    async def one_round(self, rng: random.Random) -> None:
+    def _check(self, seen: dict[str, int], what: str, value: int) -> None:
+        """A read of ``what`` that follows another of this loop must not go back (DEMO-8)."""
+        before = seen.get(what, 0)
+        if value < before:
+            self.stats.regressed(what, before, value)
+        seen[what] = max(before, value)
+
+    async def one_round(self, rng: random.Random, seen: dict[str, int]) -> None:
+        """Six calls: a send and a request to a room, a user and a counter; ``seen`` is what
+        this loop read of each before."""
         route = self.host.route
         self.seq += 1
         room = rng.choice(self.plan.rooms)
@@ -316,30 +164,37 @@ class Workload:
         counter = rng.choice(self.plan.counters)
         say = Say(f"{self.plan.rid} says {self.seq}")
         await self._send(f"room {room}", route.send_to_spot(room, say))
-        await self._request(
+        total = await self._request(
             f"room {room}",
             route.request_to_spot(room, Read(), reply_type=Total).timeout(REQUEST_TIMEOUT).submit,
         )
+        if total is not None:
+            self._check(seen, f"room {room}", total.value)
         await self._send(f"user {user}", route.send_to_actor(user, Speak(f"hello {self.seq}")))
-        await self._request(
+        pong = await self._request(
             f"user {user}",
             route.request_to_actor(user, Ping(self.seq), reply_type=Pong)
             .timeout(REQUEST_TIMEOUT)
             .submit,
         )
+        if pong is not None:  # a user that joined a room stays in it
+            self._check(seen, f"user {user}", int(pong.room is not None))
         add = route.send_to_spot(counter, Add(1)).instance_spot(COUNTER_TYPE)
         await self._send(f"counter {counter}", add)
-        await self._request(
+        total = await self._request(
             f"counter {counter}",
             route.request_to_spot(counter, Read(), reply_type=Total)
             .instance_spot(COUNTER_TYPE)
             .timeout(REQUEST_TIMEOUT)
             .submit,
         )
+        if total is not None:
+            self._check(seen, f"counter {counter}", total.value)
 
     async def run(self, worker: int) -> None:
         """Rounds until cancelled; each worker has its own random sequence."""
         rng = random.Random(f"{self.plan.rid}/{worker}")
+        seen: dict[str, int] = {}
         while True:
-            await self.one_round(rng)
+            await self.one_round(rng, seen)
             await trio.lowlevel.checkpoint()
