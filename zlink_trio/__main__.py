@@ -47,7 +47,12 @@ _CAPABILITIES = (
         ),
         "x",
     ),
-    ("relocation", "moving live Spots and Actors between hosts; cross-host Actor joins", " "),
+    (
+        "relocation",
+        "host.relocate(): live Spots and Actors move between hosts; the demo's rolling update",
+        "x",
+    ),
+    ("joins across", "an Actor joining a Spot of another host moves there (ACT-27)", " "),
 )
 
 

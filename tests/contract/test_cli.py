@@ -25,7 +25,8 @@ def test_command_prints_the_version_and_the_capabilities() -> None:
     assert "[x] error model" in done.stdout
     assert "[x] transport" in done.stdout
     assert "[x] mesh" in done.stdout
-    assert "[ ] relocation" in done.stdout
+    assert "[x] relocation" in done.stdout
+    assert "[ ] joins across" in done.stdout
 
 
 @pytest.mark.spec("API-4")
