@@ -31,7 +31,7 @@ from zlink_trio._runtime.declarations.values import (
     ActorCreateStatus,
 )
 from zlink_trio._runtime.engines.completion import shutting_down
-from zlink_trio._runtime.ownership.authority import READY, Claim, Held
+from zlink_trio._runtime.ownership.authority import Claim, Held
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, ActorRef, MeshName, SpotKind, StableTypeName
 
@@ -69,8 +69,8 @@ async def find(actors: Actors, target: ActorId) -> ActorRef | None:
     local = actors.actors.get(target)
     if local is not None and local.accepting and not local.keeps_record:
         return local.ref  # (one moving here is not seen before its commit: RELOC-27)
-    record = await node.authority.read(target)
-    if record is None or record.state != "ready" or await node.authority.is_stale(record):
+    record = await node.authority.read_live(target)
+    if record is None:
         return None  # a record whose owner is not live names no Ready Actor (ROUTE-4)
     mesh = node.mesh if record.mesh is None else record.mesh
     return ActorRef(target, record.generation, mesh, record.owner)
@@ -165,8 +165,8 @@ async def _create_new(
     if node.placing is not None and not exclusive:
         # Relocating: nothing new is placed here, but an Actor that lives elsewhere is found as
         # anywhere (RELOC-44).
-        record = await node.authority.read(actor_id)
-        if record is None or record.state != READY or await node.authority.is_stale(record):
+        record = await node.authority.read_live(actor_id)
+        if record is None:
             node.check_placing()
         assert record is not None  # check_placing raised otherwise
         claimed = Held(record)

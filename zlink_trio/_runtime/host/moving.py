@@ -56,7 +56,7 @@ from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.authority import Claim
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.routing.follow import Moved
-from zlink_trio._runtime.routing.forward import relay
+from zlink_trio._runtime.routing.forward import relay, starts_once
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
@@ -234,13 +234,7 @@ async def _move(
         failures: list[ZLinkError | trio.TooSlowError] = []
 
         async def one(index: int, *, task_status: trio.TaskStatus[None]) -> None:
-            submitted = False
-
-            def on_submitted() -> None:
-                nonlocal submitted
-                if not submitted:
-                    submitted = True
-                    task_status.started()
+            on_submitted = starts_once(task_status)
 
             chunk = RelocateChunk(index, len(chunks), chunks[index])
             try:

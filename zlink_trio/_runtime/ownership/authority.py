@@ -161,6 +161,13 @@ class SpotAuthority:
         found = await self._store.read(self._record_key(spot_id))
         return SpotRecord.decode(found.value) if isinstance(found, Found) else None
 
+    async def read_live(self, spot_id: SpotId | ActorId) -> SpotRecord | None:
+        """The Ready authority record of ``spot_id`` whose owner run is live, or ``None``."""
+        record = await self.read(spot_id)
+        if record is None or record.state != READY or await self.is_stale(record):
+            return None
+        return record
+
     async def read_claim(self, spot_id: SpotId | ActorId) -> Claim | None:
         """The authority record of ``spot_id`` with its version, or ``None``."""
         found = await self._store.read(self._record_key(spot_id))

@@ -18,6 +18,7 @@ import trio
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.routing.forward import starts_once
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
@@ -97,13 +98,7 @@ async def relay_followed(
     deadline = arrived + max(request.budget_us / 1_000_000, 1e-6)
 
     async def relayed(*, task_status: trio.TaskStatus[None]) -> None:
-        submitted = False
-
-        def on_submitted() -> None:
-            nonlocal submitted
-            if not submitted:
-                submitted = True
-                task_status.started()
+        on_submitted = starts_once(task_status)
 
         try:
             result: object = await relay.request(

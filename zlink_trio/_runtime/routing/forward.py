@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import trio
 
@@ -28,7 +29,7 @@ from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, SpotId, SpotKind, StableTypeName
 
-__all__ = ["forward", "relay"]
+__all__ = ["forward", "relay", "starts_once"]
 
 _log = logging.getLogger("zlink_trio.runtime.activation")
 
@@ -115,13 +116,7 @@ async def _relay(
             *,
             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
         ) -> None:
-            submitted = False
-
-            def on_submitted() -> None:
-                nonlocal submitted
-                if not submitted:
-                    submitted = True
-                    task_status.started()
+            on_submitted = starts_once(task_status)
 
             try:
                 value = await remote.request(
@@ -146,3 +141,17 @@ async def _relay(
         # The next message goes only once this request is in the winner's queue, so the
         # winner sees them in admission order; the reply is waited for in the background.
         await requests.start(forward_request)
+
+
+def starts_once(task_status: trio.TaskStatus[None]) -> Callable[[], None]:
+    """An ``on_submitted`` for ``Remote.request`` that reports the task started the first time it
+    is called (the request is on its way, or ended before), and does nothing after."""
+    started = False
+
+    def on_submitted() -> None:
+        nonlocal started
+        if not started:
+            started = True
+            task_status.started()
+
+    return on_submitted

@@ -24,7 +24,7 @@ from zlink_trio._runtime.declarations.values import SpotCreateResult, SpotCreate
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import current_turn
 from zlink_trio._runtime.node.node import LocalNode
-from zlink_trio._runtime.ownership.authority import READY, Claim, Held
+from zlink_trio._runtime.ownership.authority import Claim, Held
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -116,8 +116,8 @@ async def _create_new(
     if node.placing is not None and not generated:
         # Relocating: nothing new is placed here, but a Spot that lives elsewhere is found as
         # anywhere (RELOC-44).
-        record = await node.authority.read(spot_id)
-        if record is None or record.state != READY or await node.authority.is_stale(record):
+        record = await node.authority.read_live(spot_id)
+        if record is None:
             node.check_placing()
         assert record is not None  # check_placing raised otherwise
         claimed = Held(record)
