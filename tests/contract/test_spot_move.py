@@ -16,6 +16,7 @@ import zlink_trio as zl
 from zlink_trio._integration.store import Applied, Batch
 from zlink_trio._runtime.declarations.system import RelocateAnswer
 from zlink_trio._runtime.routing.owner import Owner
+from zlink_trio.ids import StableTypeName
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -533,3 +534,32 @@ async def test_a_target_drops_a_restored_unit_whose_source_is_gone(store_dsn: st
             await admitted.closed.wait()
         # What waited went on as the target's own calls, to a new incarnation.
         assert [Count(5, target.node_rid.value)] == answers
+
+
+@pytest.mark.spec("RELOC-69")
+async def test_relocate_and_shutdown_relays_stale_routes_before_it_stops(store_dsn: str) -> None:
+    """The source relocates and shuts down; right after it is RELOCATED, a third host whose
+    route still names the source sends to the moved Spot there. The source relays it before it
+    stops: the target handles it."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as target,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as caller,
+    ):
+        async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as source:
+            await _meet(source, target)
+            await _meet(caller, source)
+            await source.route.send_to_spot("c-9", Add(1)).instance_spot("move.Counter").submit()
+            statuses = source.host.observe()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(source.host.relocate_and_shutdown)
+                async for status in statuses:
+                    if status is zl.HostStatus.RELOCATED:
+                        break
+                remote = caller.host._tree.remote  # type: ignore[union-attr]
+                assert remote is not None
+                stale = Owner(source.node_rid)
+                counter = StableTypeName("move.Counter")
+                await remote.send(stale, zl.SpotId("c-9"), Add(10), {}, counter)
+        count = await target.route.request_to_spot("c-9", Get(), reply_type=Count).submit()
+        assert Count(11, target.node_rid.value) == count

@@ -175,11 +175,22 @@ class Host:
         deadline: float = DEFAULT_DEADLINE,
     ) -> RelocationResult:
         """``relocate()``, then ``shutdown()`` if everything moved; a blocked relocation is
-        returned with the host still serving (SHUT-3.11)."""
+        returned with the host still serving (SHUT-3.11). Before the shutdown the host relays
+        what still reaches it for the units it moved until that has been quiet for a while
+        (RELOC-69): a peer that has not read the new owner yet loses no send to it."""
         result = await self.relocate(mode, target_version=target_version, deadline=deadline)
         if result.relocated:
+            relocator = self._tree.relocator
+            if relocator is not None and relocator.moved is not None:
+                with trio.move_on_after(self._node.config.relocation_follow_window):
+                    await relocator.moved.wait_quiet(STALE_ROUTES_QUIET)
             await self.shutdown()
         return result
+
+
+STALE_ROUTES_QUIET = 1.0
+"""Seconds without work for a moved unit after which ``relocate_and_shutdown`` shuts down: the
+peers' routes have caught up with the store (its change hints reach them in milliseconds)."""
 
 
 def open_host(app: Application, config: HostConfig) -> AbstractAsyncContextManager[Host]:

@@ -11,6 +11,7 @@ served here.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 import trio
@@ -43,10 +44,14 @@ class Moved:
         self._actors = actors
         self._window = spots.node.config.relocation_follow_window
         self._moved: dict[SpotId | ActorId, tuple[NodeRid, float]] = {}
+        self._last_relay = -math.inf
+        """When work for a moved unit last reached this host (Trio's clock)."""
 
     def follow(self, unit: SpotId | ActorId, owner: NodeRid) -> None:
         """``unit`` moved to ``owner``: follow it from now on, for the window."""
-        self._moved[unit] = (owner, trio.current_time() + self._window)
+        now = trio.current_time()
+        self._moved[unit] = (owner, now + self._window)
+        self._last_relay = now  # the quiet wait counts from the last move at the earliest
 
     def followed(
         self, unit: SpotId | ActorId, remote: Remote | None
@@ -61,10 +66,27 @@ class Moved:
         if unit in here:
             return None
         owner, until = moved
-        if trio.current_time() >= until:
+        now = trio.current_time()
+        if now >= until:
             del self._moved[unit]
             return None
+        self._last_relay = now
         return remote, Owner(owner)
+
+    async def wait_quiet(self, quiet: float) -> None:
+        """Return once no work for a moved unit has reached this host for ``quiet`` seconds, or
+        once nothing is followed any more (RELOC-69): the senders' routes have caught up."""
+        while self._moved:
+            left = self._last_relay + quiet - trio.current_time()
+            if left <= 0:
+                return
+            await trio.sleep(left)
+            self._expire()
+
+    def _expire(self) -> None:
+        now = trio.current_time()
+        for unit in [u for u, (_owner, until) in self._moved.items() if now >= until]:
+            del self._moved[unit]
 
 
 async def relay_followed(
