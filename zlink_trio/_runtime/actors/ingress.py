@@ -58,11 +58,7 @@ class ActorIngress:
         )
 
     def _held(self, hold: Hold, envelope: Envelope) -> None:
-        if hold.forward is None:
-            hold.held.append(envelope)
-        else:
-            self.node.jobs.release()  # it leaves this host's queue
-            hold.forward(envelope)
+        hold.admit(envelope, self.node.jobs.release)
 
     def push_front(self, entries: list[Entry]) -> None:
         """Queue ``entries`` after the front's, before the mailbox, and wake an idle lane."""
@@ -116,7 +112,4 @@ class ActorIngress:
         assert hold is not None
         assert hold.forward is None
         self.hold = None
-        self.push_front([*hold.unrun, *((envelope, True) for envelope in hold.held)])
-        hold.unrun.clear()
-        hold.held.clear()
-        hold.ended.set()
+        self.push_front(hold.reopened())

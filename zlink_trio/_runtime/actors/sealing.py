@@ -216,23 +216,8 @@ class SealedActor:
         ``close()``."""
         hold = self._live()
         self._ended = True
-        node = self.actor.node
-        if self._cut is not None:
-            taken = [*hold.unrun, *((envelope, True) for envelope in hold.held[: self._cut])]
-            late = [(envelope, True) for envelope in hold.held[self._cut :]]
-        else:
-            taken, late = [], [*hold.unrun, *((envelope, True) for envelope in hold.held)]
-        hold.unrun, hold.held = [], []
-        hold.forward = forward
-        for _envelope, permit in taken:
-            if permit:
-                node.jobs.release()
-        for envelope, permit in late:
-            if permit:
-                node.jobs.release()
-            forward(envelope)
+        hold.detach(self._cut, forward, self.actor.node.jobs.release)
         self.actor.keeps_record = True
-        hold.ended.set()
         if closing:
             self.close()
 

@@ -64,6 +64,46 @@ class Hold:
         self.broken = False
         """Host shutdown began while sealed: the Spot closes instead."""
 
+    def reopened(self) -> list[Entry]:
+        """End the seal as if it had never been: what it left unrun, then what it held, in the
+        order they are to be served first."""
+        assert self.forward is None
+        entries = [*self.unrun, *((envelope, True) for envelope in self.held)]
+        self.unrun, self.held = [], []
+        self.ended.set()
+        return entries
+
+    def detach(
+        self, cut: int | None, forward: Callable[[Envelope], None], release: Callable[[], None]
+    ) -> None:
+        """End the seal for good: what a capture took (the unrun entries and the first ``cut``
+        held ones; nothing when ``cut`` is ``None``) is dropped here, the rest and every later
+        offer go to ``forward`` in order; each gives its job permit back (``release``) first."""
+        if cut is None:
+            taken, late = [], [*self.unrun, *((envelope, True) for envelope in self.held)]
+        else:
+            taken = [*self.unrun, *((envelope, True) for envelope in self.held[:cut])]
+            late = [(envelope, True) for envelope in self.held[cut:]]
+        self.unrun, self.held = [], []
+        self.forward = forward
+        for _envelope, permit in taken:
+            if permit:
+                release()
+        for envelope, permit in late:
+            if permit:
+                release()
+            forward(envelope)
+        self.ended.set()
+
+    def admit(self, envelope: Envelope, release: Callable[[], None]) -> None:
+        """An offer while sealed: held, or forwarded at once once detached (its permit given back
+        first: it leaves this host's queue)."""
+        if self.forward is None:
+            self.held.append(envelope)
+        else:
+            release()
+            self.forward(envelope)
+
 
 class SpotIngress:
     """The admission side of one Spot activation (Rules 1-3)."""
@@ -89,11 +129,7 @@ class SpotIngress:
         return ZLinkError(ErrorKind.NOT_FOUND, f"Spot {self.spot_id} is closing")
 
     def _held(self, hold: Hold, envelope: Envelope) -> None:
-        if hold.forward is None:
-            hold.held.append(envelope)
-        else:
-            self.node.jobs.release()  # it leaves this host's queue (Rule 2)
-            hold.forward(envelope)
+        hold.admit(envelope, self.node.jobs.release)  # a forwarded one leaves (Rule 2)
         if self.node.trace is not None:
             self.node.trace(admitted(envelope, f"the hold of {self.traced_name()}"))
 
@@ -154,10 +190,7 @@ class SpotIngress:
         assert hold is not None
         assert hold.forward is None
         self.hold = None
-        self.push_front([*hold.unrun, *((envelope, True) for envelope in hold.held)])
-        hold.unrun.clear()
-        hold.held.clear()
-        hold.ended.set()
+        self.push_front(hold.reopened())
 
     def take_queued(self) -> list[Entry]:
         """Everything queued here, in serving order, removed: the front, then the mailbox (each

@@ -165,9 +165,8 @@ class SealedSpot:
     def __init__(self, activation: Activation, hold: Hold) -> None:
         self.activation = activation
         self._hold = hold
-        self._captured = False
-        self._cut = 0
-        """How many held entries the last capture took."""
+        self._cut: int | None = None
+        """How many held entries the last capture took (``None``: none yet)."""
         self._ended = False
 
     @property
@@ -187,7 +186,6 @@ class SealedSpot:
         hold = self._live()
         activation = self.activation
         now = activation.node.clock.now()
-        self._captured = True
         self._cut = len(hold.held)
         return SpotSnapshot(
             spot_id=activation.spot_id,
@@ -222,24 +220,9 @@ class SealedSpot:
         hold = self._live()
         self._ended = True
         activation = self.activation
-        node = activation.node
-        if self._captured:  # the target has these: they leave this host's queue unrun
-            cut = self._cut
-            taken = [*hold.unrun, *((envelope, True) for envelope in hold.held[:cut])]
-            late = [(envelope, True) for envelope in hold.held[cut:]]
-        else:
-            taken, late = [], [*hold.unrun, *((envelope, True) for envelope in hold.held)]
-        hold.unrun, hold.held = [], []
-        hold.forward = forward
-        for _envelope, permit in taken:
-            if permit:
-                node.jobs.release()
-        for envelope, permit in late:
-            if permit:
-                node.jobs.release()
-            forward(envelope)
+        # What the last capture took, the target has: it leaves this host's queue unrun.
+        hold.detach(self._cut, forward, activation.node.jobs.release)
         activation.keeps_record = True
-        hold.ended.set()
         if closing:
             self.close()
 
