@@ -248,25 +248,27 @@ class Relocator:
             if reason is not None and not stayed:
                 stayed.append(reason)
 
-        spots = [
-            partial(move_spot, remote, moved, activation, target, deadline)
-            for activation in self._spots_to_move()
-        ]
-        for phase in (spots, None):
-            if phase is None:  # the Actors that are still in the Entry Spot once Spots moved
-                phase = [
-                    partial(move_actor, remote, moved, actor, target, deadline)
-                    for actor in self._actors_to_move()
-                ]
+        async def phase(moves: list[Callable[[], Awaitable[RelocationReason | None]]]) -> None:
             async with trio.open_nursery() as moving:
-                for one in phase:
+                for one in moves:
                     await room.acquire()
                     if stayed:
                         room.release()
-                        break
+                        return
                     moving.start_soon(move, one)
-            if stayed:
-                return stayed[0]
+
+        await phase(
+            [partial(move_spot, remote, moved, a, target, deadline) for a in self._spots_to_move()]
+        )
+        if not stayed:  # the Actors still in the Entry Spot or a PER_ACTOR shell once Spots moved
+            await phase(
+                [
+                    partial(move_actor, remote, moved, actor, target, deadline)
+                    for actor in self._actors_to_move()
+                ]
+            )
+        if stayed:
+            return stayed[0]
         return await self._relocate_nothing(deadline)
 
     def _actors_to_move(self) -> list[ActorActivation]:
