@@ -99,8 +99,9 @@ class Backlogs:
         ``False`` when it must be parked (Rule 1). Errors raise as from ``Messaging.send``
         (``send_actor`` for an Actor)."""
         messaging = self._messaging
-        if target in self._queues or messaging.moved.followed(target, messaging.remote):
-            return False  # parked, or relayed after a move (messaging.py Rule 10)
+        # A unit that moved away never gets here: the reader relays its sends (follow.py).
+        if target in self._queues:
+            return False  # parked behind sends that came first
         node = messaging.node
         node.check_admitting()
         jobs = node.jobs
