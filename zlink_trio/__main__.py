@@ -52,7 +52,7 @@ _CAPABILITIES = (
         "host.relocate(): live Spots and Actors move between hosts; the demo's rolling update",
         "x",
     ),
-    ("joins across", "an Actor joining a Spot of another host moves there (ACT-27)", " "),
+    ("joins across", "an Actor joining a Spot of another host moves there (ACT-27)", "x"),
 )
 
 

@@ -26,7 +26,7 @@ def test_command_prints_the_version_and_the_capabilities() -> None:
     assert "[x] transport" in done.stdout
     assert "[x] mesh" in done.stdout
     assert "[x] relocation" in done.stdout
-    assert "[ ] joins across" in done.stdout
+    assert "[x] joins across" in done.stdout
 
 
 @pytest.mark.spec("API-4")

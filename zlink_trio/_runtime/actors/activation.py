@@ -35,6 +35,14 @@ Rule 5: a seal for a move holds the lane at a turn boundary. The lane serves the
 the mailbox (ingress.py); while the Actor is sealed it puts the message in hand back in front
 and waits for the seal to end, so no turn starts (actors/sealing.py). A move's restored
 incarnation keeps the store record out of its hands until its commit (``keeps_record``).
+Rule 6: a join to a User Spot of another host moves the Actor there (ACT-27). The lane, between
+turns, seals the Actor itself and hands it to the host's mover (``catalog.join_elsewhere``,
+host/joining.py): the Spot's host asks ``on_actor_join`` before it restores anything; a
+rejection or a failure reopens the Actor here with its completion, as on one host. Once the
+record names the other host, the source Spot's ``on_leave_actor`` starts, the lane ends (joins
+its turn deferred after this one end ``FAILED`` there) and what waited here is relayed; there
+the Spot's ``on_joined_actor`` and the Actor's ``on_join_completed`` run before any message
+(``arrive_joined``).
 """
 
 from __future__ import annotations
@@ -49,11 +57,11 @@ import trio
 
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.actors.ingress import ActorIngress
+from zlink_trio._runtime.actors.joins import decide_join, refuse_target
 from zlink_trio._runtime.declarations.registry import ActorType
 from zlink_trio._runtime.declarations.values import (
     ActorJoinCompletion,
     ActorJoinOutcome,
-    SpotActorJoinResult,
 )
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
@@ -219,10 +227,9 @@ class ActorActivation(ActorIngress):
                         continue
                     self.busy = True
                     joins = await self._message_turn(envelope, permit)
-                    for join in joins:
-                        if not self.accepting:
-                            break
-                        await self._run_join(join)
+                    for index, join in enumerate(joins):
+                        if not self.accepting or not await self._run_join(join, joins[index:]):
+                            break  # closing, or moved to another host by the join (Rule 6)
                     self.busy = False
                     if self.hold is not None:
                         self.hold.quiet.set()
@@ -308,14 +315,21 @@ class ActorActivation(ActorIngress):
 
     # --- joins ---------------------------------------------------------------------------------
 
-    async def _run_join(self, join: DeferredJoin) -> None:
+    async def _run_join(self, join: DeferredJoin, joins: list[DeferredJoin]) -> bool:
+        """Decide ``join`` (the first of ``joins``, what its turn deferred from it on) and run
+        ``on_join_completed``; ``False`` when it moved the Actor to another host (Rule 6)."""
         spots = self.catalog.spots
         target_id = spots.entry.spot_id if join.target is None else join.target
         self.joining = True
         try:
             completion: ActorJoinCompletion | None = None
-            with self.node.clock.scope_until(join.deadline):
+            with self.node.clock.scope_until(join.deadline) as scope:
                 completion = await self._join(join, target_id)
+            if completion is None and not scope.cancelled_caught:
+                # Not a Spot of this host: the join may move the Actor to its owner (Rule 6).
+                completion = await self.catalog.join_elsewhere(self, joins, target_id)
+                if completion is None:
+                    return False
             if completion is None:
                 timed_out = f"the join to {target_id} timed out"
                 completion = self._fail(join, target_id, ErrorKind.DEADLINE_EXCEEDED, timed_out)
@@ -323,37 +337,31 @@ class ActorActivation(ActorIngress):
             self.joining = False
         if self.accepting:
             await self._own_turn(completion)
+        return True
 
-    async def _join(self, join: DeferredJoin, target_id: SpotId) -> ActorJoinCompletion:
+    async def _join(self, join: DeferredJoin, target_id: SpotId) -> ActorJoinCompletion | None:
+        """The join's end on this host; ``None`` when no Spot ``target_id`` is live here."""
         node = self.node
         if not node.admitting:
             return self._fail(join, target_id, ErrorKind.SHUTTING_DOWN, "the host is shutting down")
         spots = self.catalog.spots
         target = spots.entry if join.target is None else spots.activations.get(join.target)
-        if target is None or not target.accepting:
-            return self._fail(join, target_id, ErrorKind.NOT_FOUND, f"no Spot {target_id} here")
+        if target is None:
+            return None
+        refused = refuse_target(target, target_id)
+        if refused is not None:
+            return self._failed(join, target_id, refused)
         if target is self.spot:
             # Already a member: accepted, with no callback and no change (ACT-14).
             return ActorJoinCompletion(
                 ActorJoinOutcome.ACCEPTED, join.join_id, target_id.value, self.ref
             )
-        if target.kind is SpotKind.INSTANCE:
-            no_actors = f"{target_id} is an Instance Spot: it has no Actors"
-            return self._fail(join, target_id, ErrorKind.INVALID_OPERATION, no_actors)
         reply_message: object | None = None
         if target.kind is SpotKind.USER:
             try:
-                decision = await target.control_turn(
-                    lambda spot: spot.on_actor_join(self.actor_id, join.request)
-                )
+                decision = await decide_join(target, self.actor_id, join.request)
             except ZLinkError as error:
                 return self._failed(join, target_id, error)
-            except Exception as error:
-                raised = f"on_actor_join raised {type(error).__name__}"
-                return self._fail(join, target_id, ErrorKind.INTERNAL_FAILURE, raised)
-            if not isinstance(decision, SpotActorJoinResult):
-                wrong = "on_actor_join must return a SpotActorJoinResult"
-                return self._fail(join, target_id, ErrorKind.INTERNAL_FAILURE, wrong)
             if not decision.accepted:
                 return ActorJoinCompletion(
                     ActorJoinOutcome.REJECTED,
@@ -380,8 +388,27 @@ class ActorActivation(ActorIngress):
             reply_message,
         )
 
-    async def _notify(self, spot: Activation, callback: str) -> None:
-        instance = self.instance
+    async def arrive_joined(self, completions: list[ActorJoinCompletion]) -> None:
+        """A join moved this restored Actor here (Rule 6): the Spot's ``on_joined_actor``, then
+        ``on_join_completed`` with each of ``completions`` as the Actor's turns, then serve."""
+        self.busy = True
+        try:
+            await self._notify(self.spot, "on_joined_actor")
+            for completion in completions:
+                if self.accepting:
+                    await self._own_turn(completion)
+        finally:
+            self.busy = False
+            if (hold := self.hold) is not None and hold.forward is None and not hold.broken:
+                self.reopen()
+
+    def leave_for_move(self) -> None:
+        """Start the ``on_leave_actor`` of the Spot a join to another host took it from."""
+        spot, instance = self.spot, self.instance
+        self.node.activation_nursery.start_soon(self._notify, spot, "on_leave_actor", instance)
+
+    async def _notify(self, spot: Activation, callback: str, instance: Any = None) -> None:
+        instance = self.instance if instance is None else instance
         try:
             await spot.control_turn(lambda s: getattr(s, callback)(instance))
         except ZLinkError as error:

@@ -12,15 +12,17 @@ this subsystem imports none of them (architecture.md, "Inverted dependencies").
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
 
 import trio
 
+from zlink_trio._runtime.declarations.values import ActorJoinCompletion, ActorJoinOutcome
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
-from zlink_trio.ids import ActorId
+from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import ActorId, SpotId
 
 __all__ = ["ActorCatalog"]
 
@@ -32,6 +34,17 @@ cycle."""
 
 def _unbound(activation: object) -> object:
     raise RuntimeError(f"no Actor context maker is bound for {activation!r}")
+
+
+async def _here_only(activation: object, joins: list[Any], target: SpotId) -> Any:
+    """Before peers are served no Spot lives elsewhere: the join finds nothing."""
+    join = joins[0]
+    return ActorJoinCompletion(
+        ActorJoinOutcome.FAILED,
+        join.join_id,
+        target.value,
+        error=ZLinkError(ErrorKind.NOT_FOUND, f"no Spot {target}"),
+    )
 
 
 class ActorCatalog(Generic[A]):
@@ -49,3 +62,9 @@ class ActorCatalog(Generic[A]):
         """Every Actor activation whose lane runs or is being created."""
         self.make_context: Callable[[A], object] = _unbound
         """Bound by the host: the context of a new instance (see the module docstring)."""
+        self.join_elsewhere: Callable[
+            [A, list[Any], SpotId], Awaitable[ActorJoinCompletion | None]
+        ] = _here_only
+        """Bound by the host once peers are served (host/joining.py): a join, with the joins
+        its turn deferred after it, to a Spot not live here; its completion, or ``None`` once
+        it moved the Actor to the Spot's host (activation.py Rule 6)."""

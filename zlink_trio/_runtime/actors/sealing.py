@@ -39,7 +39,11 @@ from zlink_trio._runtime.actors.activation import ActorActivation, ActorState
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.declarations.registry import ActorType
 from zlink_trio._runtime.declarations.relocation import capture_payload, restore_payload
-from zlink_trio._runtime.declarations.values import MessageContext
+from zlink_trio._runtime.declarations.values import (
+    ActorJoinCompletion,
+    ActorJoinOutcome,
+    MessageContext,
+)
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.node.envelope import Envelope, fail_one
 from zlink_trio._runtime.ownership.authority import Claim
@@ -55,6 +59,7 @@ __all__ = [
     "SealedActor",
     "prepare_actor_restore",
     "seal_actor",
+    "seal_between_turns",
     "seal_with_members",
 ]
 
@@ -107,6 +112,20 @@ async def seal_actor(actor: ActorActivation, spot: Activation | None = None) -> 
         raise
     if hold.broken:
         raise shutting_down()
+    queued = ((envelope, True) for envelope in actor.mailbox.take_all() if envelope is not WAKE)
+    hold.unrun = [*actor.front, *queued]
+    actor.front.clear()
+    return SealedActor(actor, hold)
+
+
+def seal_between_turns(actor: ActorActivation) -> SealedActor:
+    """Seal ``actor`` from its own lane between turns, for a join that moves it (activation.py
+    Rule 6): no turn runs, so the seal holds at once. ``UNAVAILABLE`` when another move has
+    sealed it or it is closing."""
+    if actor.state is not ActorState.READY or actor.hold is not None:
+        raise ZLinkError(ErrorKind.UNAVAILABLE, f"Actor {actor.actor_id} is moving or closing")
+    hold = Hold()
+    actor.hold = hold
     queued = ((envelope, True) for envelope in actor.mailbox.take_all() if envelope is not WAKE)
     hold.unrun = [*actor.front, *queued]
     actor.front.clear()
@@ -269,6 +288,9 @@ class RestoredActor:
     def __init__(self, actor: ActorActivation) -> None:
         self.actor = actor
         self._opened = False
+        self.joined: list[ActorJoinCompletion] | None = None
+        """Set when a join moved it here (activation.py Rule 6): what ``open`` reports to it
+        (the join's completion first) before it serves."""
 
     @property
     def declared(self) -> ActorType:
@@ -313,7 +335,14 @@ class RestoredActor:
             return
         self._opened = True
         actor = self.actor
-        if actor.hold is not None and actor.hold.forward is None and not actor.hold.broken:
+        if self.joined is not None:
+            accepted = ActorJoinOutcome.ACCEPTED  # the incarnation here is the accepted one
+            completions = [
+                attrs.evolve(c, actor_ref=actor.ref) if c.outcome is accepted else c
+                for c in self.joined
+            ]
+            actor.node.activation_nursery.start_soon(actor.arrive_joined, completions)
+        elif actor.hold is not None and actor.hold.forward is None and not actor.hold.broken:
             actor.reopen()
 
     def discard(self, give_back: Callable[[list[Envelope]], None] | None = None) -> None:

@@ -61,7 +61,18 @@ class RelocateIn:
     chunks: int
     spot: str | None = None
     """For an Actor that moves with its User Spot: that Spot's id (its ``RelocateIn`` came
-    first); ``None`` for an Actor of the Entry Spot and for a Spot."""
+    first); for an Actor that a join moves (``join``): the Spot it joins, live on the target;
+    ``None`` for an Actor of the Entry Spot and for a Spot."""
+    join: bytes = b""
+    """A join moves the Actor (ACT-27): the join's id (16 bytes, big-endian); empty otherwise.
+    The target asks ``spot``'s ``on_actor_join`` before it restores anything."""
+    request_type: str = ""
+    """The join's request for ``on_actor_join``: its stable name (empty: no request)..."""
+    request: bytes = b""
+    """...and its payload."""
+    later_joins: tuple[tuple[bytes, str], ...] = ()
+    """Joins the same turn deferred after ``join`` (id, Spot id): they do not run; each ends
+    ``FAILED`` on the target after the join's own completion."""
 
 
 @attrs.frozen
@@ -99,6 +110,15 @@ class RelocateAnswer:
 
     ok: bool
     why: str = ""
+    kind: int = 0
+    """For a join's ``RelocateIn`` that failed: the ``ErrorKind`` of the join's failure (0: none
+    in particular)."""
+    rejected: bool = False
+    """For a join's ``RelocateIn``: ``on_actor_join`` rejected it, with this reply..."""
+    reply_type: str = ""
+    """...of this stable name (empty: no reply)..."""
+    reply: bytes = b""
+    """...and this payload."""
 
 
 CLOSE_SPOT = StableTypeName("zlink.CloseSpot")

@@ -73,6 +73,7 @@ from zlink_trio._runtime.engines.clock import TRIO_CLOCK, Clock
 from zlink_trio._runtime.engines.completion import CompletionDispatcher
 from zlink_trio._runtime.engines.workers import WorkerScheduler
 from zlink_trio._runtime.host.interrupts import Interruption, watch_interrupts
+from zlink_trio._runtime.host.joining import join_elsewhere
 from zlink_trio._runtime.host.relocation import DEFAULT_DEADLINE, Relocator
 from zlink_trio._runtime.host.status import StatusStream
 from zlink_trio._runtime.host.tree import TaskTree
@@ -327,6 +328,8 @@ async def open_host_on(
             messaging.remote = remote
             # Routing owns the wire, so it hands a lost cold race's messages to the winner.
             spots.forward = partial(forward, remote)
+            # The host's mover takes an Actor to the host of a Spot it joins (ACT-27).
+            actors.join_elsewhere = partial(join_elsewhere, remote, messaging.moved)
             await nursery.start(tree.run_remote, remote, inbound)
             relocator = tree.relocator = Relocator(node, tree.board, spots, actors)
             relocator.membership, relocator.remote, relocator.nursery = membership, remote, nursery

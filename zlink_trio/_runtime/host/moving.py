@@ -1,6 +1,10 @@
 """The source's side of one Spot's move to another host (specs/relocation.md RELOC-47..RELOC-50;
 the target's side is routing/arrivals.py).
 
+Longer than 400 lines: one mover for every kind of unit (a Spot, its members, an Actor, a join's
+Actor); its steps (seal, send, commit, relay, open) share the private ``_Unit`` and are read in
+order, and each entry point only says how its unit is sealed and announced.
+
 Rule 1: seal, capture, prepare. The Spot is sealed at a turn boundary (spots/sealing.py), its
 timers and adapter payload captured; an adapter that fails keeps the Spot serving here
 (RELOC-18). The target gets the unit in ``zlink.RelocateIn`` and the payload in chunks of at
@@ -66,7 +70,7 @@ from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, SpotId, SpotKind, StableTypeName
 from zlink_trio.options import RelocationReason, SpotFactoryMode
 
-__all__ = ["MoveTimes", "move_actor", "move_spot"]
+__all__ = ["MoveTimes", "move_actor", "move_spot", "move_to_join"]
 
 _log = logging.getLogger("zlink_trio.runtime.relocation")
 
@@ -178,6 +182,26 @@ async def move_actor(
     return await _move(remote, moved, [_actor_unit(sealed, in_spot)], target, deadline, sealing)
 
 
+async def move_to_join(
+    remote: Remote,
+    moved: Moved,
+    sealed: SealedActor,
+    target: NodeRecord,
+    deadline: float,
+    announce: Callable[[int], RelocateIn],
+) -> RelocateAnswer | RelocationReason | None:
+    """``move_actor`` for a join from the Actor's own lane (host/joining.py): the lane sealed
+    it, ``announce`` names the join, and the relay after the commit runs on in the host's
+    activation nursery. ``None`` once the target owns it, else the target's refusal or why it
+    stayed here (serving again)."""
+    sealing = trio.current_time()
+    unit = attrs.evolve(_actor_unit(sealed, None), announce=announce)
+    refusal: list[RelocateAnswer] = []
+    nursery = sealed.actor.node.activation_nursery
+    reason = await _move(remote, moved, [unit], target, deadline, sealing, refusal, nursery)
+    return refusal[0] if refusal else reason
+
+
 def _actor_unit(sealed: SealedActor, spot: str | None) -> _Unit:
     actor = sealed.actor
     snapshot = sealed.capture()
@@ -201,8 +225,13 @@ async def _move(
     target: NodeRecord,
     deadline: float,
     sealing: float,
+    refusal: list[RelocateAnswer] | None = None,
+    relaying: trio.Nursery | None = None,
 ) -> RelocationReason | None:
-    """Rules 1-2 for a unit and the Actors that move with it (``units[1:]``, Rule 4)."""
+    """Rules 1-2 for a unit and the Actors that move with it (``units[1:]``, Rule 4).
+    ``refusal`` receives the target's answer when it refuses a unit; with ``relaying`` the
+    relay after the commit runs in a task there and the move returns at the commit (a join
+    moves its Actor from the Actor's own lane, which must end for the relay to end)."""
     sealed_at = prepared = trio.current_time()
     primary = units[0]
     node, unit_id = primary.node, primary.target
@@ -266,7 +295,10 @@ async def _move(
             if not answer.ok:
                 break
         if not answer.ok:
-            _log.warning("%s refused %s: %s", target.rid, unit_id, answer.why)
+            if refusal is None:
+                _log.warning("%s refused %s: %s", target.rid, unit_id, answer.why)
+            else:
+                refusal.append(answer)
             reason = RelocationReason.STATE_INCOMPATIBLE
         else:
             prepared = trio.current_time()
@@ -293,7 +325,11 @@ async def _move(
         for unit, claim in zip(units[1:], handed[1:], strict=True)
     )
     committed = trio.current_time()
-    opened = await _hand_over(remote, units, target, RelocateCommit(handed[0].version, members))
+    commit = RelocateCommit(handed[0].version, members)
+    if relaying is not None:
+        relaying.start_soon(_hand_over, remote, units, target, commit)
+        return None
+    opened = await _hand_over(remote, units, target, commit)
     if _log.isEnabledFor(logging.DEBUG):
         size = sum(0 if payload is None else len(payload) for payload in payloads)
         times = MoveTimes(unit_id.value, size, sealing, sealed_at, prepared, committed, opened)

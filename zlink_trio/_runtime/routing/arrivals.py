@@ -39,6 +39,11 @@ can no longer commit: the unit is dropped, and what waited in it goes on as this
 meeting the id as any caller would now (a cold activation of an Instance Spot, a missing User
 Spot or Actor); anything else is read again later. A committed unit that gets no
 ``RelocateOpen`` within ``request_timeout`` opens by itself.
+Rule 7: a join from another host moves its Actor here (ACT-27, routing/joins_in.py). The
+Actor's ``RelocateIn`` names the Spot it joins, which decides before anything is restored; an
+accepted Actor is admitted as a member of that Spot (so the Spot cannot close under it), and
+at its opening runs the Spot's ``on_joined_actor`` and its own ``on_join_completed`` before
+any message.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from zlink_trio._runtime.declarations.system import (
 )
 from zlink_trio._runtime.ownership.authority import READY, Claim, SpotRecord
 from zlink_trio._runtime.routing.forward import relay
+from zlink_trio._runtime.routing.joins_in import JoinAccepted, ask_join
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.routing.send_on import send_on
@@ -101,6 +107,8 @@ class _Arriving:
     """For an Actor moving with its User Spot: that Spot."""
     members: list[ActorId] = attrs.field(factory=list)
     """The Actors moving with this User Spot, in the order announced (Rule 5)."""
+    joined: JoinAccepted | None = None
+    """For an Actor that a join moves here: the Spot it joins and what it is told (Rule 7)."""
 
 
 class Arrivals:
@@ -213,7 +221,10 @@ class Arrivals:
         generation = ObjectGeneration(message.generation)
         snapshot = ActorSnapshot(target, actor_type.name, generation, ())
         member_of = None if message.spot is None else SpotId(message.spot)
-        if member_of is not None and not self._here_per_actor(member_of):
+        join = None
+        if message.join:  # a join moves it here (Rule 7)
+            join = partial(ask_join, self._spots, self._node, target, message)
+        elif member_of is not None and not self._here_per_actor(member_of):
             spot = self._arriving.get(member_of)
             if spot is None or spot.source != source or spot.committed:
                 why = f"no move of {message.spot} from {source} takes members here"
@@ -224,7 +235,7 @@ class Arrivals:
             return await prepare_actor_restore(self._actors, actor_type, snapshot, claim, payload)
 
         return await self._begin(
-            source, target, message, SpotKind.INVALID, actor_type, restore, member_of
+            source, target, message, SpotKind.INVALID, actor_type, restore, member_of, join
         )
 
     async def _begin(
@@ -236,6 +247,7 @@ class Arrivals:
         declared: SpotType | ActorType,
         restore: Restore,
         spot: SpotId | None = None,
+        join: Callable[[], Awaitable[RelocateAnswer | JoinAccepted]] | None = None,
     ) -> RelocateAnswer:
         adapter = declared.relocation.adapter
         if (adapter is None) != (message.chunks == 0):
@@ -256,6 +268,16 @@ class Arrivals:
         assembly = None if adapter is None else PayloadAssembly(limit)
         arriving = _Arriving(source, record, restore, assembly, spot=spot)
         self._arriving[target] = arriving
+        if join is not None:
+            # Registered first, so that the source's abort during the join ends it (Rule 7).
+            asked = await join()
+            if self._arriving.get(target) is not arriving:
+                why = f"the move of {target} ended during its join"
+                return RelocateAnswer(False, why, kind=int(ErrorKind.UNAVAILABLE))
+            if isinstance(asked, RelocateAnswer):
+                del self._arriving[target]
+                return asked
+            arriving.joined = asked
         if assembly is None:
             return await self._restore(target, arriving, None)
         return RelocateAnswer(True)
@@ -276,7 +298,15 @@ class Arrivals:
         # finds the unit here and waits in it, never a missing id (Rule 2).
         alone = True  # not one of a SPOT_WIDE Spot's members, which settle with their Spot
         if isinstance(restored, RestoredActor):
-            if arriving.spot is not None and self._here_per_actor(arriving.spot):
+            if arriving.joined is not None:
+                if not arriving.joined.spot.accepting:
+                    self._arriving.pop(target, None)
+                    restored.discard()
+                    why = f"Spot {arriving.spot} closed during the join"
+                    return RelocateAnswer(False, why, kind=int(ErrorKind.NOT_FOUND))
+                restored.joined = arriving.joined.completions
+                restored.admit(arriving.joined.spot)
+            elif arriving.spot is not None and self._here_per_actor(arriving.spot):
                 restored.admit(self._spots.activations[arriving.spot])  # its shell moved first
             else:
                 spot = self._arriving.get(arriving.spot) if arriving.spot is not None else None

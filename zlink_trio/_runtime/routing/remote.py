@@ -46,7 +46,7 @@ from zlink_trio._integration.transport import PeerAddress, RouteLost, RouteMesh,
 from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
-from zlink_trio._runtime.ownership.node_record import PeerChanged, PeerDown, PeerUp
+from zlink_trio._runtime.ownership.node_record import NodeRecord, PeerChanged, PeerDown, PeerUp
 from zlink_trio._runtime.routing.credit import Credits
 from zlink_trio._runtime.routing.limits import PeerLimits
 from zlink_trio._runtime.routing.owner import STALE, Owner, Stale, Target
@@ -135,6 +135,10 @@ class Remote:
     def is_peer(self, rid: NodeRid) -> bool:
         """Whether ``rid`` is a live member of the mesh now."""
         return rid in self._membership.peers()
+
+    def peer_record(self, rid: NodeRid) -> NodeRecord | None:
+        """The node record of the live peer ``rid``; ``None`` when it is not one."""
+        return self._membership.peers().get(rid)
 
     async def _route_ready(self, owner: NodeRid, deadline: float) -> RouteMesh:
         """The transport once its route to ``owner`` is up. A call waits for it until its

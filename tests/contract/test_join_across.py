@@ -1,0 +1,311 @@
+"""An Actor that joins a User Spot of another host moves there as part of the join
+(specs/actors.md ACT-27; actors/activation.py Rule 6, host/joining.py, routing/joins_in.py):
+the Spot's host decides with ``on_actor_join``; an accepted Actor arrives with its state and
+generation, and the Spot's ``on_joined_actor`` and the Actor's ``on_join_completed`` run there
+before any message; a rejected or failed join leaves the Actor where it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+import zlink_trio as zl
+from zlink_trio.testing import TestHost, open_test_host, open_test_stores
+
+app = zl.Application()
+
+
+@app.message("ajoin.Add")
+@attrs.frozen
+class Add:
+    amount: int
+
+
+@app.message("ajoin.Get")
+@attrs.frozen
+class Get:
+    pass
+
+
+@app.message("ajoin.Count")
+@attrs.frozen
+class Count:
+    value: int
+    node: str
+    spot: str
+
+
+@app.message("ajoin.Join")
+@attrs.frozen
+class Join:
+    spots: tuple[str, ...]
+    """Joined in this order, all deferred by one turn."""
+    ask: str = ""
+
+
+@app.message("ajoin.Ask")
+@attrs.frozen
+class Ask:
+    text: str
+
+
+@app.message("ajoin.Note")
+@attrs.frozen
+class Note:
+    text: str
+
+
+events: list[str] = []
+"""What every callback and handler did, in order, with the host it ran on."""
+completed: list[tuple[zl.ActorJoinCompletion, str, int]] = []
+"""(completion, host, the Actor's count then) of every on_join_completed."""
+settled = trio.Event()
+
+
+def _node(context: Any) -> str:
+    return context.ref.node_rid.value
+
+
+class Tally:
+    """A count, said with where it runs; joins as told."""
+
+    context: Any
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+        events.append(f"add {msg.amount} on {_node(self.context)}")
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Count:
+        return Count(self.value, _node(self.context), self.context.spot_id.value)
+
+    @zl.packet_handler(Join)
+    async def join(self, msg: Join) -> None:
+        for spot in msg.spots:
+            request = Ask(msg.ask) if msg.ask else None
+            self.context.join_spot(spot, request).defer()
+
+    async def on_join_completed(self, completion: zl.ActorJoinCompletion) -> None:
+        completed.append((completion, _node(self.context), self.value))
+        events.append(f"completed {completion.spot_id} on {_node(self.context)}")
+        settled.set()
+
+
+class PurseState(zl.ActorRelocationAdapter["Purse"]):
+    async def capture(self, target: Purse) -> bytes:
+        return target.value.to_bytes(8, "big")
+
+    async def restore(self, target: Purse, payload: bytes) -> None:
+        target.value = int.from_bytes(payload, "big")
+
+
+@app.actor("ajoin.Purse", relocation=zl.preserve_state_with(PurseState))
+class Purse(Tally, zl.Actor):
+    pass
+
+
+@app.actor("ajoin.Homebody")
+class Homebody(Tally, zl.Actor):
+    """Declared without ``relocation=``: it never leaves its host."""
+
+
+@app.user_spot("ajoin.Lobby")
+class Lobby(zl.Spot):
+    """Takes every Actor unless asked with "no", and says so with a Note."""
+
+    async def on_actor_join(
+        self, actor_id: zl.ActorId, request: object | None
+    ) -> zl.SpotActorJoinResult:
+        events.append(f"on_actor_join {actor_id.value} {request!r} on {_node(self.context)}")
+        if isinstance(request, Ask) and request.text == "no":
+            return zl.SpotActorJoinResult.reject(Note("full"))
+        return zl.SpotActorJoinResult.accept(Note("welcome"))
+
+    async def on_joined_actor(self, actor: object) -> None:
+        events.append(f"on_joined_actor on {_node(self.context)}")
+
+    async def on_leave_actor(self, actor: object) -> None:
+        events.append(f"{self.context.ref.spot_id.value}.on_leave_actor")
+
+
+@app.entry_spot
+class Entry(zl.EntrySpot):
+    async def on_leave_actor(self, actor: object) -> None:
+        events.append("entry.on_leave_actor")
+
+
+def _get(host: TestHost, actor_id: str) -> Any:
+    return host.route.request_to_actor(actor_id, Get(), reply_type=Count)
+
+
+async def _two_hosts_with_a_lobby(
+    store_dsn: str, stores: Any, source: TestHost, target: TestHost
+) -> None:
+    with trio.fail_after(10):
+        for one, other in ((source, target), (target, source)):
+            await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
+    await target.spots.get_or_create("lobby", "ajoin.Lobby").submit()
+
+
+def _reset() -> None:
+    global settled
+    events.clear()
+    completed.clear()
+    settled = trio.Event()
+
+
+@pytest.mark.spec("ACT-27", "ACT-23", "ACT-24")
+async def test_a_join_to_a_spot_of_another_host_moves_the_actor_there(store_dsn: str) -> None:
+    """A Purse with a count of 5 joins the Lobby of the other host, with two sends queued
+    behind the join: the Lobby decides there, the Purse arrives with its count and generation,
+    ``on_joined_actor`` and then ``on_join_completed`` (ACCEPTED, the new ref, the Lobby's
+    reply) run there before the queued sends, the source's Entry Spot runs
+    ``on_leave_actor``, and the source holds the Actor no more."""
+    _reset()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+        created = await source.actors.create("p-1", "ajoin.Purse").submit()
+        assert created.actor_ref is not None
+        await source.route.send_to_actor("p-1", Add(5)).submit()
+        await source.route.send_to_actor("p-1", Join(("lobby",), ask="please")).submit()
+        await source.route.send_to_actor("p-1", Add(1)).submit()
+        await source.route.send_to_actor("p-1", Add(2)).submit()
+        with trio.fail_after(10):
+            await settled.wait()
+            # Asked from the source (its follow window relays) and from the target itself.
+            for asking in (source, target):
+                count = await _get(asking, "p-1").submit()
+                assert Count(8, target.node_rid.value, "lobby") == count
+        there = target.node_rid.value
+        [(completion, ran_on, value_then)] = completed
+        assert (zl.ActorJoinOutcome.ACCEPTED, there, 5) == (
+            completion.outcome,
+            ran_on,
+            value_then,
+        )
+        assert Note("welcome") == completion.reply
+        assert completion.actor_ref is not None
+        assert there == completion.actor_ref.node_rid.value
+        assert created.actor_ref.object_generation == completion.actor_ref.object_generation
+        mine = [event for event in events if event != "entry.on_leave_actor"]
+        assert [
+            f"add 5 on {source.node_rid.value}",
+            f"on_actor_join p-1 {Ask('please')!r} on {there}",
+            f"on_joined_actor on {there}",
+            f"completed lobby on {there}",
+            f"add 1 on {there}",
+            f"add 2 on {there}",
+        ] == mine
+        assert "entry.on_leave_actor" in events
+        found = await source.actors.find("p-1")
+        assert found is not None
+        assert (target.node_rid, created.actor_ref.object_generation) == (
+            found.node_rid,
+            found.object_generation,
+        )
+        lobby = target.host._tree.spots.activations[zl.SpotId("lobby")]  # type: ignore[union-attr]
+        assert {"p-1"} == {member.actor_id.value for member in lobby.members}
+        with trio.fail_after(10):
+            while source.host._tree.actors.live:  # type: ignore[union-attr]
+                await trio.sleep(0.01)
+
+
+@pytest.mark.spec("ACT-27", "ACT-22")
+async def test_a_rejected_join_to_another_host_leaves_the_actor_where_it_was(
+    store_dsn: str,
+) -> None:
+    """The Lobby rejects with a Note: the Purse's completion is REJECTED with that reply and
+    runs on the source before the send queued behind the join, which the source handles."""
+    _reset()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+        await source.actors.create("p-2", "ajoin.Purse").submit()
+        await source.route.send_to_actor("p-2", Join(("lobby",), ask="no")).submit()
+        await source.route.send_to_actor("p-2", Add(4)).submit()
+        with trio.fail_after(10):
+            await settled.wait()
+            count = await _get(source, "p-2").submit()
+        here = source.node_rid.value
+        entry = source.host._tree.spots.entry.spot_id.value  # type: ignore[union-attr]
+        assert Count(4, here, entry) == count
+        [(completion, ran_on, _)] = completed
+        assert (zl.ActorJoinOutcome.REJECTED, Note("full"), here) == (
+            completion.outcome,
+            completion.reply,
+            ran_on,
+        )
+        assert [f"completed lobby on {here}", f"add 4 on {here}"] == events[-2:]
+        assert "on_joined_actor" not in " ".join(events)
+        assert not target.host._tree.actors.live  # type: ignore[union-attr]
+
+
+@pytest.mark.spec("ACT-27", "DEC-26")
+async def test_an_actor_that_cannot_move_fails_a_join_to_another_host(store_dsn: str) -> None:
+    """A Homebody (``disable_relocation()`` by default) that joins the other host's Lobby ends
+    FAILED with INVALID_OPERATION, nobody is asked, and it serves on where it was; a join to a
+    Spot that lives nowhere ends FAILED with NOT_FOUND."""
+    _reset()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+        await source.actors.create("h-1", "ajoin.Homebody").submit()
+        await source.route.send_to_actor("h-1", Join(("lobby", "nowhere"))).submit()
+        with trio.fail_after(10):
+            while len(completed) < 2:
+                await trio.sleep(0.01)
+            count = await _get(source, "h-1").submit()
+        assert source.node_rid.value == count.node
+        kinds = [
+            (c.spot_id, c.outcome, c.error.kind if c.error else None) for c, _, _ in completed
+        ]
+        failed = zl.ActorJoinOutcome.FAILED
+        assert [
+            ("lobby", failed, zl.ErrorKind.INVALID_OPERATION),
+            ("nowhere", failed, zl.ErrorKind.NOT_FOUND),
+        ] == kinds
+        assert not [event for event in events if "on_actor_join" in event]
+
+
+@pytest.mark.spec("ACT-27", "ACT-20")
+async def test_joins_deferred_after_one_that_moved_the_actor_end_failed_there(
+    store_dsn: str,
+) -> None:
+    """One turn defers a join to the other host's Lobby, then one back to its Entry Spot: the
+    first moves the Purse; the second does not run and ends FAILED (UNAVAILABLE), reported on
+    the target after the first's ACCEPTED."""
+    _reset()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+        await source.actors.create("p-3", "ajoin.Purse").submit()
+        await source.route.send_to_actor("p-3", Join(("lobby", "lobby"))).submit()
+        with trio.fail_after(10):
+            while len(completed) < 2:
+                await trio.sleep(0.01)
+        there = target.node_rid.value
+        outcomes = [(c.outcome, c.error.kind if c.error else None, on) for c, on, _ in completed]
+        assert [
+            (zl.ActorJoinOutcome.ACCEPTED, None, there),
+            (zl.ActorJoinOutcome.FAILED, zl.ErrorKind.UNAVAILABLE, there),
+        ] == outcomes
