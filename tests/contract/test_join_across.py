@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 
 import zlink_trio as zl
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -63,6 +64,8 @@ events: list[str] = []
 completed: list[tuple[zl.ActorJoinCompletion, str, int]] = []
 """(completion, host, the Actor's count then) of every on_join_completed."""
 settled = trio.Event()
+"""Set once ``wanted`` completions have run."""
+wanted = 1
 
 
 def _node(context: Any) -> str:
@@ -95,7 +98,8 @@ class Tally:
     async def on_join_completed(self, completion: zl.ActorJoinCompletion) -> None:
         completed.append((completion, _node(self.context), self.value))
         events.append(f"completed {completion.spot_id} on {_node(self.context)}")
-        settled.set()
+        if len(completed) >= wanted:
+            settled.set()
 
 
 class PurseState(zl.ActorRelocationAdapter["Purse"]):
@@ -154,11 +158,11 @@ async def _two_hosts_with_a_lobby(
     await target.spots.get_or_create("lobby", "ajoin.Lobby").submit()
 
 
-def _reset() -> None:
-    global settled
+def _reset(completions: int = 1) -> None:
+    global settled, wanted
     events.clear()
     completed.clear()
-    settled = trio.Event()
+    settled, wanted = trio.Event(), completions
 
 
 @pytest.mark.spec("ACT-27", "ACT-23", "ACT-24")
@@ -177,6 +181,7 @@ async def test_a_join_to_a_spot_of_another_host_moves_the_actor_there(store_dsn:
         await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
         created = await source.actors.create("p-1", "ajoin.Purse").submit()
         assert created.actor_ref is not None
+        here = source.host._tree.actors.actors[zl.ActorId("p-1")]  # type: ignore[union-attr]
         await source.route.send_to_actor("p-1", Add(5)).submit()
         await source.route.send_to_actor("p-1", Join(("lobby",), ask="please")).submit()
         await source.route.send_to_actor("p-1", Add(1)).submit()
@@ -217,8 +222,8 @@ async def test_a_join_to_a_spot_of_another_host_moves_the_actor_there(store_dsn:
         lobby = target.host._tree.spots.activations[zl.SpotId("lobby")]  # type: ignore[union-attr]
         assert {"p-1"} == {member.actor_id.value for member in lobby.members}
         with trio.fail_after(10):
-            while source.host._tree.actors.live:  # type: ignore[union-attr]
-                await trio.sleep(0.01)
+            await here.closed.wait()
+        assert not source.host._tree.actors.live  # type: ignore[union-attr]
 
 
 @pytest.mark.spec("ACT-27", "ACT-22")
@@ -259,7 +264,7 @@ async def test_an_actor_that_cannot_move_fails_a_join_to_another_host(store_dsn:
     """A Homebody (``disable_relocation()`` by default) that joins the other host's Lobby ends
     FAILED with INVALID_OPERATION, nobody is asked, and it serves on where it was; a join to a
     Spot that lives nowhere ends FAILED with NOT_FOUND."""
-    _reset()
+    _reset(2)
     async with (
         open_test_stores(store_dsn) as stores,
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
@@ -269,13 +274,10 @@ async def test_an_actor_that_cannot_move_fails_a_join_to_another_host(store_dsn:
         await source.actors.create("h-1", "ajoin.Homebody").submit()
         await source.route.send_to_actor("h-1", Join(("lobby", "nowhere"))).submit()
         with trio.fail_after(10):
-            while len(completed) < 2:
-                await trio.sleep(0.01)
+            await settled.wait()
             count = await _get(source, "h-1").submit()
         assert source.node_rid.value == count.node
-        kinds = [
-            (c.spot_id, c.outcome, c.error.kind if c.error else None) for c, _, _ in completed
-        ]
+        kinds = [(c.spot_id, c.outcome, c.error.kind if c.error else None) for c, _, _ in completed]
         failed = zl.ActorJoinOutcome.FAILED
         assert [
             ("lobby", failed, zl.ErrorKind.INVALID_OPERATION),
@@ -291,7 +293,7 @@ async def test_joins_deferred_after_one_that_moved_the_actor_end_failed_there(
     """One turn defers a join to the other host's Lobby, then one back to its Entry Spot: the
     first moves the Purse; the second does not run and ends FAILED (UNAVAILABLE), reported on
     the target after the first's ACCEPTED."""
-    _reset()
+    _reset(2)
     async with (
         open_test_stores(store_dsn) as stores,
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
@@ -301,11 +303,67 @@ async def test_joins_deferred_after_one_that_moved_the_actor_end_failed_there(
         await source.actors.create("p-3", "ajoin.Purse").submit()
         await source.route.send_to_actor("p-3", Join(("lobby", "lobby"))).submit()
         with trio.fail_after(10):
-            while len(completed) < 2:
-                await trio.sleep(0.01)
+            await settled.wait()
         there = target.node_rid.value
         outcomes = [(c.outcome, c.error.kind if c.error else None, on) for c, on, _ in completed]
         assert [
             (zl.ActorJoinOutcome.ACCEPTED, None, there),
             (zl.ActorJoinOutcome.FAILED, zl.ErrorKind.UNAVAILABLE, there),
         ] == outcomes
+
+
+asked = trio.Event()
+answer_now = trio.Event()
+
+
+@app.user_spot("ajoin.SlowLobby")
+class SlowLobby(zl.Spot):
+    """Decides only when the test says so."""
+
+    async def on_actor_join(
+        self, actor_id: zl.ActorId, request: object | None
+    ) -> zl.SpotActorJoinResult:
+        asked.set()
+        await answer_now.wait()
+        return zl.SpotActorJoinResult.accept()
+
+
+@pytest.mark.spec("ACT-27", "RELOC-61")
+async def test_a_host_relocating_while_a_join_moves_an_actor_lets_the_join_move_it(
+    store_dsn: str,
+) -> None:
+    """The source relocates while its Purse's join to the other host's SlowLobby waits for
+    ``on_actor_join``: the relocation waits for the join instead of refusing the sealed Actor,
+    the join moves it, and the relocation ends RELOCATED."""
+    global asked, answer_now
+    _reset()
+    asked, answer_now = trio.Event(), trio.Event()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+        await target.spots.get_or_create("slow", "ajoin.SlowLobby").submit()
+        await source.actors.create("p-4", "ajoin.Purse").submit()
+        await source.route.send_to_actor("p-4", Add(6)).submit()
+        await source.route.send_to_actor("p-4", Join(("slow",))).submit()
+        results: list[zl.RelocationResult] = []
+        with trio.fail_after(20):
+            await asked.wait()
+            async with trio.open_nursery() as nursery:
+
+                async def relocate() -> None:
+                    results.append(await source.host.relocate(deadline=15.0))
+
+                nursery.start_soon(relocate)
+                await trio.testing.wait_all_tasks_blocked()
+                answer_now.set()
+            await settled.wait()
+        assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
+        [(completion, ran_on, value_then)] = completed
+        assert (zl.ActorJoinOutcome.ACCEPTED, target.node_rid.value, 6) == (
+            completion.outcome,
+            ran_on,
+            value_then,
+        )

@@ -171,6 +171,16 @@ async def move_actor(
 ) -> RelocationReason | None:
     """``move_spot`` for an Actor of the Entry Spot, or of a PER_ACTOR Spot whose shell moved
     before it (Rules 1-3, 5)."""
+    hold = actor.hold
+    if hold is not None and actor.joining:
+        # A join is moving it already (host/joining.py): it moves here only if that join fails.
+        with trio.move_on_at(deadline):
+            await hold.ended.wait()
+    if actor.hold is not None and actor.hold.forward is not None:
+        with trio.move_on_at(deadline):  # the join moved it: its relay ends with its close
+            await actor.closed.wait()
+            return None
+        return RelocationReason.DEADLINE_EXCEEDED
     sealing = trio.current_time()
     spot = actor.spot if actor.spot.spot_type.mode is SpotFactoryMode.PER_ACTOR else None
     try:
