@@ -441,7 +441,7 @@ class Arrivals:
             instance = (
                 arriving.record.type_name if arriving.record.kind is SpotKind.INSTANCE else None
             )
-            if reroute or not self._remote.is_peer(arriving.source):
+            if reroute or self._remote.peer_record(arriving.source) is None:
                 # The source is gone: on as this host's calls (Rule 6).
                 later = partial(send_on, self._messaging, target, instance)
             else:  # back to the owner, in order (Rule 4)

@@ -132,12 +132,8 @@ class Remote:
         """Drop ``target`` from the routing cache (Rule 1)."""
         self._cache.pop(target, None)
 
-    def is_peer(self, rid: NodeRid) -> bool:
-        """Whether ``rid`` is a live member of the mesh now."""
-        return rid in self._membership.peers()
-
     def peer_record(self, rid: NodeRid) -> NodeRecord | None:
-        """The node record of the live peer ``rid``; ``None`` when it is not one."""
+        """The node record of ``rid`` while it is a live member of the mesh, else ``None``."""
         return self._membership.peers().get(rid)
 
     async def _route_ready(self, owner: NodeRid, deadline: float) -> RouteMesh:
