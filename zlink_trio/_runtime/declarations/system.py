@@ -14,12 +14,14 @@ from zlink_trio.ids import StableTypeName
 
 __all__ = [
     "CLOSE_SPOT",
+    "FLUSH",
     "RELOCATE",
     "RELOCATE_CHUNK",
     "RELOCATE_OPEN",
     "RESERVED_PREFIX",
     "SYSTEM_MESSAGES",
     "CloseSpot",
+    "Flush",
     "RelocateAbort",
     "RelocateAnswer",
     "RelocateChunk",
@@ -121,7 +123,15 @@ class RelocateAnswer:
     """...and this payload."""
 
 
+@attrs.frozen
+class Flush:
+    """A sender that reached the target at this host before and now finds it elsewhere asks
+    here first: answered (``RelocateAnswer``) once what it sent here before has reached the
+    target's new owner (routing/reroute.py, RELOC-55)."""
+
+
 CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
+FLUSH = StableTypeName("zlink.Flush")
 RELOCATE_OPEN = StableTypeName("zlink.RelocateOpen")
 RELOCATE_CHUNK = StableTypeName("zlink.RelocateChunk")
 RELOCATE = frozenset(
@@ -144,4 +154,5 @@ SYSTEM_MESSAGES: tuple[tuple[StableTypeName, type], ...] = (
     (StableTypeName("zlink.RelocateOpen"), RelocateOpen),
     (StableTypeName("zlink.RelocateAbort"), RelocateAbort),
     (StableTypeName("zlink.RelocateAnswer"), RelocateAnswer),
+    (FLUSH, Flush),
 )

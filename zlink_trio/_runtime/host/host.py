@@ -326,6 +326,7 @@ async def open_host_on(
             tree.remote = remote
             tree.inbound = inbound
             messaging.remote = remote
+            remote.forgotten = messaging.reroutes.forgot  # per-sender order on a new route
             # Routing owns the wire, so it hands a lost cold race's messages to the winner.
             spots.forward = partial(forward, remote)
             # The host's mover takes an Actor to the host of a Spot it joins (ACT-27).

@@ -337,9 +337,9 @@ async def _move(
     committed = trio.current_time()
     commit = RelocateCommit(handed[0].version, members)
     if relaying is not None:
-        relaying.start_soon(_hand_over, remote, units, target, commit)
+        relaying.start_soon(_hand_over, remote, moved, units, target, commit)
         return None
-    opened = await _hand_over(remote, units, target, commit)
+    opened = await _hand_over(remote, moved, units, target, commit)
     if _log.isEnabledFor(logging.DEBUG):
         size = sum(0 if payload is None else len(payload) for payload in payloads)
         times = MoveTimes(unit_id.value, size, sealing, sealed_at, prepared, committed, opened)
@@ -354,7 +354,7 @@ def _abort(units: list[_Unit]) -> None:
 
 
 async def _hand_over(
-    remote: Remote, units: list[_Unit], target: NodeRecord, commit: RelocateCommit
+    remote: Remote, moved: Moved, units: list[_Unit], target: NodeRecord, commit: RelocateCommit
 ) -> float:
     """Rule 3: commit on the target, relay what stayed here, open there, close here; returns
     when the target was told to open (Trio's clock)."""
@@ -387,21 +387,25 @@ async def _hand_over(
     async def relay_all(replies: trio.Nursery) -> None:
         # What this host admitted before the commit goes first, then the target opens the
         # units (arrivals.py Rule 3); the replies are waited for beside the relay.
-        for unit in units:
-            await relay_to(unit, list(unit.entries), replies)
-        while True:
-            try:
-                unit, envelope = receive.receive_nowait()
-            except trio.WouldBlock:
-                break
-            await relay_to(unit, [envelope], replies)
-        await _tell(remote, primary, target, RelocateOpen())
-        opened.append(trio.current_time())
-        for unit in reversed(units):  # the members leave before their Spot closes
-            unit.sealed.close()
-        async with receive:
-            async for unit, envelope in receive:
+        try:
+            for unit in units:
+                await relay_to(unit, list(unit.entries), replies)
+            while True:
+                try:
+                    unit, envelope = receive.receive_nowait()
+                except trio.WouldBlock:
+                    break
                 await relay_to(unit, [envelope], replies)
+            await _tell(remote, primary, target, RelocateOpen())
+            opened.append(trio.current_time())
+            for unit in reversed(units):  # the members leave before their Spot closes
+                unit.sealed.close()
+            async with receive:
+                async for unit, envelope in receive:
+                    await relay_to(unit, [envelope], replies)
+        finally:
+            for unit in units:  # every relay is on its way: a sender's flush may go on
+                moved.relayed(unit.target)
 
     async with trio.open_nursery() as relaying:
         relaying.start_soon(relay_all, relaying)

@@ -46,12 +46,28 @@ class Moved:
         self._moved: dict[SpotId | ActorId, tuple[NodeRid, float]] = {}
         self._last_relay = -math.inf
         """When work for a moved unit last reached this host (Trio's clock)."""
+        self._relaying: dict[SpotId | ActorId, trio.Event] = {}
+        """Units whose move still relays what waited here for them (``relayed``)."""
 
     def follow(self, unit: SpotId | ActorId, owner: NodeRid) -> None:
-        """``unit`` moved to ``owner``: follow it from now on, for the window."""
+        """``unit`` moved to ``owner``: follow it from now on, for the window; until
+        ``relayed(unit)`` its move still relays what waited here."""
         now = trio.current_time()
         self._moved[unit] = (owner, now + self._window)
         self._last_relay = now  # the quiet wait counts from the last move at the earliest
+        self._relaying.setdefault(unit, trio.Event())
+
+    def relayed(self, unit: SpotId | ActorId) -> None:
+        """The move of ``unit`` has relayed everything that waited here for it."""
+        done = self._relaying.pop(unit, None)
+        if done is not None:
+            done.set()
+
+    async def wait_relayed(self, unit: SpotId | ActorId) -> None:
+        """Return once no move of ``unit`` relays what waited here (routing/reroute.py)."""
+        done = self._relaying.get(unit)
+        if done is not None:
+            await done.wait()
 
     def followed(
         self, unit: SpotId | ActorId, remote: Remote | None

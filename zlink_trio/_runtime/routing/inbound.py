@@ -45,9 +45,11 @@ from functools import partial
 import trio
 
 from zlink_trio._integration.transport import PeerRun
+from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.system import (
     CLOSE_SPOT,
+    FLUSH,
     RELOCATE,
     CloseSpot,
     SpotClosed,
@@ -67,7 +69,9 @@ from zlink_trio._runtime.routing.local import (
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.routing.moves_in import MovesIn
 from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio._runtime.routing.reroute import answer_flush
 from zlink_trio._runtime.spots import creation
+from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._wire import ErrorReply, Reply, Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotRef
@@ -78,7 +82,8 @@ _log = logging.getLogger("zlink_trio.runtime.remote")
 
 # Compared as plain strings: every message from a peer passes these checks (the wire's hot path).
 _CLOSE_SPOT = CLOSE_SPOT.value
-_FRAMEWORK = RELOCATE | {_CLOSE_SPOT}
+_FLUSH = FLUSH.value
+_FRAMEWORK = RELOCATE | {_CLOSE_SPOT, _FLUSH}
 """The framework's requests: never relayed for a unit that moved away."""
 _CREDIT = frozenset({PAUSE.value, RESUME.value})
 
@@ -134,6 +139,9 @@ class Inbound:
         arrived = self._node.clock.now()
         if message.message_type.value == _CLOSE_SPOT:
             nursery.start_soon(self._inbound_close, origin, message)
+            return
+        if message.message_type.value == _FLUSH:  # after the sender's earlier messages
+            nursery.start_soon(self._inbound_flush, origin, message, arrived)
             return
         if message.message_type.value in RELOCATE:
             self._moves.answer(origin, message, nursery)
@@ -266,6 +274,23 @@ class Inbound:
             self._answer(origin, message, _for_caller(error))
             return
         self._answer(origin, message, SpotClosed(closed))
+
+    async def _inbound_flush(self, origin: PeerRun, message: Request, arrived: float) -> None:
+        """A sender's ``zlink.Flush`` (reroute.py Rule 2), within its budget."""
+        messaging, target = self._messaging, message.target
+        unit: Activation | ActorActivation | None = (
+            messaging.spots.activations.get(target)
+            if isinstance(target, SpotId)
+            else messaging.actors.actors.get(target)
+        )
+        hold = None if unit is None else unit.hold
+        answer: object = ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"flushing {target} timed out")
+        try:
+            with self._node.clock.scope_until(arrived + message.budget_us / 1_000_000):
+                answer = await answer_flush(self._node, self._remote, messaging.moved, hold, target)
+        except ZLinkError as error:
+            answer = error
+        self._answer(origin, message, answer)
 
     async def _inbound_request(self, origin: PeerRun, message: Request, arrived: float) -> None:
         messaging = self._messaging

@@ -62,8 +62,9 @@ from zlink_trio._runtime.routing.local import (
     resolve_actor,
     resolve_spot,
 )
-from zlink_trio._runtime.routing.owner import STALE, Owner
+from zlink_trio._runtime.routing.owner import STALE, Owner, Stale
 from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio._runtime.routing.reroute import Reroutes
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -89,6 +90,7 @@ class Messaging:
         self._messages = spots.node.registry.messages
         self._limit = spots.node.config.max_message_bytes
         self.moved = Moved(spots, actors)  # Spots that moved away, followed for a while (Rule 10)
+        self.reroutes = Reroutes(spots.node)  # the owners the routing cache forgot (reroute.py)
 
     def _screen(self, message: object, local: bool) -> Encoded:
         """Rule 8: the message's encoding (or ``None``); nothing for work from peers."""
@@ -244,6 +246,15 @@ class Messaging:
             "instance_spot() without a type cannot reach a Spot on another host; name the type",
         )
 
+    async def _owner_of(
+        self, remote: Remote, target: SpotId | ActorId, deadline: float
+    ) -> Owner | Stale | None:
+        """``remote.owner_of``, and for a live owner the old route flushed first (RELOC-70)."""
+        owner = await remote.owner_of(target, deadline)
+        if type(owner) is Owner and self.reroutes.waiting:
+            await self.reroutes.settle(remote, target, owner.node_rid, deadline)
+        return owner
+
     async def _locate(
         self,
         spot_id: SpotId,
@@ -271,7 +282,7 @@ class Messaging:
             remote = self.remote
             # resolve_spot returns None only for a call of this host that may go remote.
             assert remote is not None
-            owner = await remote.owner_of(spot_id, deadline)
+            owner = await self._owner_of(remote, spot_id, deadline)
             if isinstance(owner, Owner):
                 return owner
             if owner is STALE and instance is None:
@@ -303,7 +314,7 @@ class Messaging:
             await followed[0].send(followed[1], actor_id, message, metadata, None)
             return
         if not local and remote is not None and actor_id not in self.actors.actors:
-            owner = await remote.owner_of(actor_id, math.inf)
+            owner = await self._owner_of(remote, actor_id, math.inf)
             if isinstance(owner, Owner):
                 self._check_handled(owner, message)
                 await remote.send(owner, actor_id, message, metadata, None, encoded)
@@ -345,7 +356,7 @@ class Messaging:
                 moved_to, actor_id, message, reply_type, metadata, None, deadline
             )
         if not local and remote is not None and actor_id not in self.actors.actors:
-            owner = await remote.owner_of(actor_id, deadline)
+            owner = await self._owner_of(remote, actor_id, deadline)
             if isinstance(owner, Owner):
                 return await remote.request(
                     owner, actor_id, message, reply_type, metadata, None, deadline, encoded=encoded

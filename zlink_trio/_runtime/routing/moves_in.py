@@ -19,7 +19,12 @@ import trio
 
 from zlink_trio._integration.transport import PeerRun
 from zlink_trio._runtime.declarations.handlers import HandlerKind
-from zlink_trio._runtime.declarations.system import RELOCATE_CHUNK, RELOCATE_OPEN, RelocateChunk
+from zlink_trio._runtime.declarations.system import (
+    FLUSH,
+    RELOCATE_CHUNK,
+    RELOCATE_OPEN,
+    RelocateChunk,
+)
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.node.node import LocalNode
@@ -34,6 +39,7 @@ _log = logging.getLogger("zlink_trio.runtime.remote")
 
 _RELOCATE_OPEN = RELOCATE_OPEN.value
 _RELOCATE_CHUNK = RELOCATE_CHUNK.value
+_FLUSH = FLUSH.value
 
 Reply = Callable[[PeerRun, Request, object], None]
 """Sends the answer to a request from a peer (an error as the peer sees it)."""
@@ -61,8 +67,8 @@ class MovesIn:
             self._reply(origin, message, arrivals.open(origin.node_rid, message.target))
             return True
         restored = arrivals.relayed(origin.node_rid, message.target)
-        if restored is None:
-            return False
+        if restored is None or message.message_type.value == _FLUSH:
+            return False  # a flush is answered by inbound.py (reroute.py Rule 2)
         self._take_relayed(origin, message, restored)
         return True
 

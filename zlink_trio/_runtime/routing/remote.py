@@ -100,6 +100,8 @@ class Remote:
         self.limits = PeerLimits(node)
         """What each peer takes (limits.py); kept by ``_follow_peers``, read by both sides."""
         self._spot_prefix = f"m/{node.mesh.value}/spot/"
+        self.forgotten: Callable[[Target, NodeRid], None] = lambda target, owner: None
+        """Told of each owner the cache forgets on a store change (bound by the host)."""
 
     # --- outbound ------------------------------------------------------------------------------
 
@@ -147,9 +149,7 @@ class Remote:
                 raise ZLinkError(ErrorKind.UNAVAILABLE, f"{owner} left the mesh")
             if owner in self._lost:
                 raise ZLinkError(ErrorKind.UNAVAILABLE, f"the route to {owner} is lost")
-            event = self._route_waiters.get(owner)
-            if event is None:
-                event = self._route_waiters[owner] = trio.Event()
+            event = self._route_waiters.setdefault(owner, trio.Event())
             with self._node.clock.scope_until(deadline):
                 await event.wait()
             if self._settled:  # settle_all woke it (Rule 6)
@@ -157,10 +157,8 @@ class Remote:
             if mesh.is_up(owner) is None and self._node.clock.now() >= deadline:
                 # The request's own deadline ran out while the route was still coming up: that
                 # is its timeout, not a lost route (ROUTE-11).
-                raise ZLinkError(
-                    ErrorKind.DEADLINE_EXCEEDED,
-                    f"the request timed out waiting for a route to {owner}",
-                )
+                waited = f"the request timed out waiting for a route to {owner}"
+                raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, waited)
         return mesh
 
     def _mesh(self) -> RouteMesh:
@@ -387,10 +385,12 @@ class Remote:
                         self._forget_key(key)
 
     def _forget_key(self, key: str) -> None:
-        if key.startswith(self._spot_prefix):
-            self._cache.pop(SpotId(key[len(self._spot_prefix) :]), None)
-        elif key.startswith("actor/"):
-            self._cache.pop(ActorId(key[len("actor/") :]), None)
+        spot = key.startswith(self._spot_prefix)
+        if spot or key.startswith("actor/"):
+            ids = SpotId(key[len(self._spot_prefix) :]) if spot else ActorId(key[len("actor/") :])
+            owner = self._cache.pop(ids, None)
+            if owner is not None:  # the next call to it flushes that route first (reroute.py)
+                self.forgotten(ids, owner.node_rid)
 
     async def _report_load(self) -> None:
         while True:

@@ -1,0 +1,107 @@
+"""Per-sender order when a sender's route to a target changes (specs/relocation.md RELOC-70).
+
+A sender that reached a target at host O, and whose routing cache forgot O because the store
+changed (a move committed), may have messages still on their way to O: O relays them to the
+new owner N (routing/follow.py), but a message the sender sends N directly could get there
+first. So the first call after such a change asks O before it goes to N.
+
+Rule 1: the sender remembers the owner the cache forgot on a store change (``forgot``), for
+the follow window (``HostConfig.relocation_follow_window``; after it O relays nothing). When it
+next resolves the target to another live host, it sends O ``zlink.Flush`` for the target on the
+same connection as its earlier messages and waits for the answer (bounded by the call's
+deadline and ``request_timeout``) before the call goes on; calls to the same target that come
+meanwhile wait for that answer too. A flush that fails is logged and the call goes on: order is
+then as before, never a lost or failed call.
+Rule 2: O answers once everything it had for the target has reached N. Its reader handles the
+flush after the sender's earlier messages, each already relayed in order (RELOC-68); if the
+target is still sealed here, O first waits for the seal to end, and while its move still relays
+what waited at the seal, for that relay (``Moved.wait_relayed``). If it follows the target to N,
+it sends N a flush of its own on the connection its relays took and answers when N does; N's
+reader answers after the relays ahead of it have been admitted or parked in the target's backlog
+(backlog.py keeps one order per target). A target O neither holds sealed nor follows is answered
+at once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from zlink_trio._runtime.declarations.system import Flush, RelocateAnswer
+from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.routing.follow import Moved
+from zlink_trio._runtime.routing.owner import Owner, Target
+from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio._runtime.spots.ingress import Hold
+from zlink_trio.errors import ZLinkError
+from zlink_trio.ids import NodeRid
+
+__all__ = ["Reroutes", "answer_flush"]
+
+_log = logging.getLogger("zlink_trio.runtime.relocation")
+
+_PRUNE_AT = 4096
+"""Remembered owners past which the expired ones are dropped at the next ``forgot``."""
+
+
+class Reroutes:
+    """A sender's memory of the owners its routing cache forgot (Rule 1)."""
+
+    def __init__(self, node: LocalNode) -> None:
+        self._node = node
+        self._previous: dict[Target, tuple[NodeRid, float]] = {}
+        self._flushing: dict[Target, trio.Event] = {}
+
+    def forgot(self, target: Target, owner: NodeRid) -> None:
+        """The cache forgot that ``owner`` has ``target`` because the store changed."""
+        now = trio.current_time()
+        if len(self._previous) >= _PRUNE_AT:
+            for stale in [t for t, (_, until) in self._previous.items() if until <= now]:
+                del self._previous[stale]
+        self._previous[target] = (owner, now + self._node.config.relocation_follow_window)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any call may have a route to flush first (the hot path's cheap check)."""
+        return bool(self._previous or self._flushing)
+
+    async def settle(self, remote: Remote, target: Target, owner: NodeRid, deadline: float) -> None:
+        """Before a call to ``target`` goes to ``owner``: flush the route the cache forgot
+        (Rule 1). Returns at once when there is none."""
+        while (flushing := self._flushing.get(target)) is not None:
+            await flushing.wait()
+        previous = self._previous.pop(target, None)
+        if previous is None:
+            return
+        old, until = previous
+        if old == owner or trio.current_time() >= until or remote.peer_record(old) is None:
+            return
+        node = self._node
+        done = self._flushing[target] = trio.Event()
+        try:
+            bounded = min(deadline, node.clock.now() + node.config.request_timeout)
+            await remote.request(Owner(old), target, Flush(), RelocateAnswer, {}, None, bounded)
+        except ZLinkError as error:
+            _log.info("flushing the route to %s at %s failed: %s", target, old, error)
+        finally:
+            del self._flushing[target]
+            done.set()
+
+
+async def answer_flush(
+    node: LocalNode, remote: Remote, moved: Moved, hold_of: Hold | None, target: Target
+) -> RelocateAnswer:
+    """This host's answer to a sender's ``zlink.Flush`` for ``target`` (Rule 2); ``hold_of``:
+    the seal of ``target`` here, if it is sealed."""
+    if hold_of is not None and hold_of.forward is None:
+        await hold_of.ended.wait()
+    await moved.wait_relayed(target)
+    followed = moved.followed(target, remote)
+    if followed is None:
+        return RelocateAnswer(True)
+    relay, owner = followed
+    deadline = node.clock.now() + node.config.request_timeout
+    answer = await relay.request(owner, target, Flush(), RelocateAnswer, {}, None, deadline)
+    assert isinstance(answer, RelocateAnswer)  # request checked the reply's class
+    return answer
