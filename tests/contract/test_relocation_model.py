@@ -90,7 +90,7 @@ PRESERVED = {"u-keep", "u-late", *INSTANCE_SPOTS}
 """The ids whose type carries its state with an adapter."""
 
 SERVING, RELOCATED, STOPPED = "serving", "relocated", "stopped"
-ORDER_ACROSS_MOVES = False
+ORDER_ACROSS_MOVES = True
 """Whether per-sender order is checked for a sender whose calls may straddle its Spot's move
 (RELOC-60). Not by default: RELOC-55's pending line names a reordering RELOC-60 leaves open (a
 send that reaches the source after the commit, behind a later request of the same sender sent

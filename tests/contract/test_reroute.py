@@ -59,14 +59,16 @@ def _tree(host: TestHost) -> Any:
 
 
 @pytest.mark.spec("RELOC-70")
+@pytest.mark.parametrize("sending", ["third host", "new owner"])
 async def test_a_senders_next_call_waits_for_its_send_relayed_by_the_old_owner(
-    store_dsn: str,
+    store_dsn: str, sending: str
 ) -> None:
-    """The Room moves from O to T. The sender S learns the move (its routing cache forgets O),
-    and a send of S still reaches O (it was on its way: sent here on S's connection to O),
-    where the relay to T is held back (an injected delay). S's next request to the Room
-    resolves T; it does not reach the Room while the relay is held, and once it goes on, the
-    Room handles the relayed send first."""
+    """The Room moves from O to T. The sender S (a third host, or T itself) learns the move
+    (its routing cache forgets O), and a send of S still reaches O (it was on its way: sent
+    here on S's connection to O), where the relay to T is held back (an injected delay). S's
+    next request to the Room, which goes to T (over the wire, or on T itself), does not reach
+    the Room while the relay is held, and once it goes on, the Room handles the relayed send
+    first."""
     handled.clear()
     room = zl.SpotId("room")
     release = trio.Event()
@@ -85,6 +87,8 @@ async def test_a_senders_next_call_waits_for_its_send_relayed_by_the_old_owner(
                     if one is not other:
                         await _tree(one).membership.wait_for_peer(other.node_rid)
         await old.spots.get_or_create("room", "reroute.Room").submit()
+        if sending == "new owner":
+            sender = new
         await sender.route.send_to_spot("room", Note(0)).submit()
         sender_remote = _tree(sender).remote
         remembered = sender_remote.forgotten

@@ -25,7 +25,6 @@ each kind); ``ZLINK_RELOC_E2E_SPOTS=1000`` is the size issue 14 names, for a run
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -216,37 +215,11 @@ async def stop_and_check(
     return history_check.check(hosts.records("turns"), hosts.records("calls"), **excuses)
 
 
-def known_findings(report: history_check.Report, calls: list[dict[str, Any]], target: str) -> str:
-    """Take out of ``report`` the violations RELOC-55's Pending line names, if every violation
-    of a category is one of them, and say what was taken; what is left is unexplained. Known:
-    a message acknowledged before its Spot's first turn on the target (so it went through the
-    source) run there after a later one of its sender that went to the target directly
-    (RELOC-60 leaves it open)."""
-    acked = {(call["sender"], call["seq"]): call["ended"] for call in calls}
-
-    def first_on_target(spot_id: str) -> float:
-        return min(
-            (i.first for i in report.incarnations.get(spot_id, []) if i.host == target),
-            default=math.inf,
-        )
-
-    def relayed_late(turn: dict[str, Any]) -> bool:
-        sent = acked.get((turn["sender"], turn["seq"])) or math.inf
-        return turn["host"] == target and sent < first_on_target(turn["id"])
-
-    found: list[str] = []
-    offenders = report.offenders.get("reorder", [])
-    texts = report.violations.get("reorder", [])
-    if texts and len(offenders) == len(texts) and all(map(relayed_late, offenders)):
-        found.append(f"reorder: {len(texts)} ({'; '.join(texts[:3])})")
-        del report.violations["reorder"]
-    return ", ".join(found)
-
-
 def assert_clean(report: history_check.Report) -> None:
     assert not report.violations, report.summary()
 
 
+@pytest.mark.spec("RELOC-55", "RELOC-70")
 @pytest.mark.parametrize(
     ("mode", "versions"),
     [
@@ -263,9 +236,7 @@ async def test_a_host_relocates_and_shuts_down_under_traffic_with_nothing_lost(
     to whichever of ``b`` and ``c`` ``a`` chooses. ``a`` moves every Spot to that one target
     and exits 0; every acknowledged send was handled once, every request answered once with no
     error, each sender's messages to each Spot in order, each Spot's state carried (its object
-    generation kept) and no two incarnations of an id serving at one instant. While RELOC-55
-    is pending, a run whose only violations are those its Pending line names ends as xfail
-    (they come and go with timing); any other violation fails."""
+    generation kept) and no two incarnations of an id serving at one instant."""
     rooms = [f"room-{number:04}" for number in range(SPOTS // 2)]
     counters = [f"counter-{number:04}" for number in range(SPOTS - SPOTS // 2)]
     async with three_hosts(store_dsn, tmp_path, versions) as hosts:
@@ -284,8 +255,6 @@ async def test_a_host_relocates_and_shuts_down_under_traffic_with_nothing_lost(
     assert 1 == len(targets), targets
     (target,) = targets
     assert mode == "PLANNED_MAINTENANCE" or "c" == target
-    calls, _problems = history_check.calls(hosts.records("calls"))
-    known = known_findings(report, calls, target)
     assert not report.violations, report.summary()
     assert {} == dict(report.errors)
     moved = 0
@@ -297,8 +266,6 @@ async def test_a_host_relocates_and_shuts_down_under_traffic_with_nothing_lost(
         moved += hosts_of == ["a", target]
         assert len({incarnation.gen for incarnation in incarnations}) <= 1, incarnations
     assert moved >= SPOTS // 2, f"only {moved} Spots served on both sides of the move"
-    if known:
-        pytest.xfail(f"RELOC-55 pending, only its known findings seen: {known}")
 
 
 async def relocate(hosts: Hosts, shutdown: bool = True) -> None:

@@ -6,10 +6,10 @@ Rule 1: a one-way send completes at local admission: the message is in the targe
 mailbox; it waits for no handler (CMP-4.2). It has no time bound and no deadline (DEC-1).
 Rule 2: a request fixes one deadline when its terminal starts, on the host's application clock
 (``node.clock``, VCLK-2); resolution, cold activation, admission and the reply wait all spend
-from it (CMP-9.4). Its entry is registered before the
-message is admitted (completion.py Rule 1), and whichever of reply, timeout, cancellation or
-shutdown pops the entry first decides the result (CMP-9.1). Timeout is the call's own deadline
-and gives ``DEADLINE_EXCEEDED``; a caller's Trio cancel scope gives ``trio.Cancelled`` (CMP-9.10).
+from it (CMP-9.4). Its entry is registered before the message is admitted (completion.py Rule
+1), and whichever of reply, timeout, cancellation or shutdown pops the entry first decides the
+result (CMP-9.1). Timeout is the call's own deadline and gives ``DEADLINE_EXCEEDED``; a caller's
+Trio cancel scope gives ``trio.Cancelled`` (CMP-9.10).
 Rule 3: a send or request without ``instance_spot()`` never creates anything (SPOT-19); with it, a
 missing id is activated cold on this host and the activating message is the first one in the new
 Spot's mailbox (activation.py Rule 2).
@@ -34,6 +34,7 @@ with ``NOT_FOUND``, wherever the target lives: for a remote target the owner's r
 type, and the sender's own declarations (the same application) say whether that type handles
 the message; a type this host does not declare is left for its owner to judge (MSG-7).
 Rule 10: peers' work for a Spot that moved away is relayed to it (follow.py; RELOC-49).
+Rule 11: a call of this host whose route changed flushes the old route first (reroute.py).
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ class Messaging:
         node.check_admitting()
         node.check_mesh(mesh)
         encoded = self._screen(message, local)
+        if not local and self.reroutes.waiting:
+            await self.reroutes.settle(self.remote, spot_id, math.inf)
         if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
             relay, moved_to = followed
             await relay.send(moved_to, spot_id, message, metadata, self._type_of(instance))
@@ -177,6 +180,8 @@ class Messaging:
         node.check_mesh(mesh)
         encoded = self._screen(message, local)
         deadline = node.clock.now() + time_limit
+        if not local and self.reroutes.waiting:
+            await self.reroutes.settle(self.remote, spot_id, deadline)
         if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
             relay, moved_to = followed
             type_name = self._type_of(instance)
@@ -252,7 +257,7 @@ class Messaging:
         """``remote.owner_of``, and for a live owner the old route flushed first (RELOC-70)."""
         owner = await remote.owner_of(target, deadline)
         if type(owner) is Owner and self.reroutes.waiting:
-            await self.reroutes.settle(remote, target, owner.node_rid, deadline)
+            await self.reroutes.settle(remote, target, deadline)
         return owner
 
     async def _locate(
@@ -310,6 +315,8 @@ class Messaging:
         node.check_admitting()
         encoded = self._screen(message, local)
         remote = self.remote
+        if not local and self.reroutes.waiting:
+            await self.reroutes.settle(remote, actor_id, math.inf)
         if local and (followed := self.moved.followed(actor_id, remote)) is not None:
             await followed[0].send(followed[1], actor_id, message, metadata, None)
             return
@@ -350,6 +357,8 @@ class Messaging:
         encoded = self._screen(message, local)
         deadline = node.clock.now() + time_limit
         remote = self.remote
+        if not local and self.reroutes.waiting:
+            await self.reroutes.settle(remote, actor_id, deadline)
         if local and (followed := self.moved.followed(actor_id, remote)) is not None:
             relay, moved_to = followed
             return await relay.request(

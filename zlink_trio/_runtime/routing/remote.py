@@ -130,9 +130,12 @@ class Remote:
             return owner
         raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"resolving {target} timed out")
 
-    def forget(self, target: Target) -> None:
-        """Drop ``target`` from the routing cache (Rule 1)."""
-        self._cache.pop(target, None)
+    def forget(self, target: Target, *, flush: bool = False) -> None:
+        """Drop ``target`` from the routing cache (Rule 1); ``flush``: the next call to it
+        flushes the route to the owner it named first (reroute.py)."""
+        owner = self._cache.pop(target, None)
+        if flush and owner is not None:
+            self.forgotten(target, owner.node_rid)
 
     def peer_record(self, rid: NodeRid) -> NodeRecord | None:
         """The node record of ``rid`` while it is a live member of the mesh, else ``None``."""
@@ -388,9 +391,7 @@ class Remote:
         spot = key.startswith(self._spot_prefix)
         if spot or key.startswith("actor/"):
             ids = SpotId(key[len(self._spot_prefix) :]) if spot else ActorId(key[len("actor/") :])
-            owner = self._cache.pop(ids, None)
-            if owner is not None:  # the next call to it flushes that route first (reroute.py)
-                self.forgotten(ids, owner.node_rid)
+            self.forget(ids, flush=True)
 
     async def _report_load(self) -> None:
         while True:

@@ -6,8 +6,9 @@ new owner N (routing/follow.py), but a message the sender sends N directly could
 first. So the first call after such a change asks O before it goes to N.
 
 Rule 1: the sender remembers the owner the cache forgot on a store change (``forgot``), for
-the follow window (``HostConfig.relocation_follow_window``; after it O relays nothing). When it
-next resolves the target to another live host, it sends O ``zlink.Flush`` for the target on the
+the follow window (``HostConfig.relocation_follow_window``; after it O relays nothing); so does
+a host that admits a unit moving to it, for its own callers. Its next call to the target (here
+or at any host) first sends O, if still a live peer, ``zlink.Flush`` for the target on the
 same connection as its earlier messages and waits for the answer (bounded by the call's
 deadline and ``request_timeout``) before the call goes on; calls to the same target that come
 meanwhile wait for that answer too. A flush that fails is logged and the call goes on: order is
@@ -66,16 +67,18 @@ class Reroutes:
         """Whether any call may have a route to flush first (the hot path's cheap check)."""
         return bool(self._previous or self._flushing)
 
-    async def settle(self, remote: Remote, target: Target, owner: NodeRid, deadline: float) -> None:
-        """Before a call to ``target`` goes to ``owner``: flush the route the cache forgot
-        (Rule 1). Returns at once when there is none."""
+    async def settle(self, remote: Remote | None, target: Target, deadline: float) -> None:
+        """Before a call to ``target``: flush the route the cache forgot (Rule 1). Returns at
+        once when there is none (or no ``remote``: nothing was ever forgotten)."""
+        if remote is None:
+            return
         while (flushing := self._flushing.get(target)) is not None:
             await flushing.wait()
         previous = self._previous.pop(target, None)
         if previous is None:
             return
         old, until = previous
-        if old == owner or trio.current_time() >= until or remote.peer_record(old) is None:
+        if trio.current_time() >= until or remote.peer_record(old) is None:
             return
         node = self._node
         done = self._flushing[target] = trio.Event()
