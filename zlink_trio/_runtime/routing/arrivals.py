@@ -294,9 +294,10 @@ class Arrivals:
             restored.discard()
             return RelocateAnswer(False, f"the move of {target} ended during its restore")
         arriving.restored = restored
-        # This host's own calls go to it here from now on: the first flushes the route they
-        # took before (reroute.py).
-        self._remote.forget(target, flush=True)
+        # This host's own calls go to it here from now on: the first flushes the route to the
+        # source, where one may still be on its way (reroute.py Rule 1).
+        self._remote.forget(target)
+        self._remote.forgotten(target, arriving.source)
         # Admitted at once, sealed: whoever learns of the commit before this host hears of it
         # finds the unit here and waits in it, never a missing id (Rule 2).
         alone = True  # not one of a SPOT_WIDE Spot's members, which settle with their Spot

@@ -77,11 +77,18 @@ class Backlogs:
         self._parked = 0
         self._room = trio.Event()
         self._overloaded = False
+        self._drained: dict[Target, trio.Event] = {}
 
     def holds(self, target: Target) -> int:
         """How many messages from peers wait for ``target`` (0 when none)."""
         queue = self._queues.get(target)
         return 0 if queue is None else len(queue)
+
+    async def wait_drained(self, target: Target) -> None:
+        """Return once nothing from peers waits for ``target`` (a sender's flush, reroute.py
+        Rule 2: what came before it is admitted before the sender's next call)."""
+        if target in self._queues:
+            await self._drained.setdefault(target, trio.Event()).wait()
 
     @property
     def parked(self) -> int:
@@ -200,6 +207,9 @@ class Backlogs:
         finally:
             if self._queues.get(spot_id) is queue:
                 del self._queues[spot_id]
+                drained = self._drained.pop(spot_id, None)
+                if drained is not None:
+                    drained.set()
             self._resume(spot_id)
             self._parked -= len(queue)
             queue.clear()

@@ -287,6 +287,7 @@ class Inbound:
         answer: object = ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"flushing {target} timed out")
         try:
             with self._node.clock.scope_until(arrived + message.budget_us / 1_000_000):
+                await self.backlogs.wait_drained(target)
                 answer = await answer_flush(self._node, self._remote, messaging.moved, hold, target)
         except ZLinkError as error:
             answer = error

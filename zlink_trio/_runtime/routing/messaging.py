@@ -118,7 +118,7 @@ class Messaging:
         node.check_mesh(mesh)
         encoded = self._screen(message, local)
         if not local and self.reroutes.waiting:
-            await self.reroutes.settle(self.remote, spot_id, math.inf)
+            await self.reroutes.settle(self.remote, spot_id, node.node_rid, math.inf)
         if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
             relay, moved_to = followed
             await relay.send(moved_to, spot_id, message, metadata, self._type_of(instance))
@@ -181,7 +181,7 @@ class Messaging:
         encoded = self._screen(message, local)
         deadline = node.clock.now() + time_limit
         if not local and self.reroutes.waiting:
-            await self.reroutes.settle(self.remote, spot_id, deadline)
+            await self.reroutes.settle(self.remote, spot_id, node.node_rid, deadline)
         if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
             relay, moved_to = followed
             type_name = self._type_of(instance)
@@ -257,7 +257,7 @@ class Messaging:
         """``remote.owner_of``, and for a live owner the old route flushed first (RELOC-70)."""
         owner = await remote.owner_of(target, deadline)
         if type(owner) is Owner and self.reroutes.waiting:
-            await self.reroutes.settle(remote, target, deadline)
+            await self.reroutes.settle(remote, target, owner.node_rid, deadline)
         return owner
 
     async def _locate(
@@ -316,7 +316,7 @@ class Messaging:
         encoded = self._screen(message, local)
         remote = self.remote
         if not local and self.reroutes.waiting:
-            await self.reroutes.settle(remote, actor_id, math.inf)
+            await self.reroutes.settle(remote, actor_id, node.node_rid, math.inf)
         if local and (followed := self.moved.followed(actor_id, remote)) is not None:
             await followed[0].send(followed[1], actor_id, message, metadata, None)
             return
@@ -358,7 +358,7 @@ class Messaging:
         deadline = node.clock.now() + time_limit
         remote = self.remote
         if not local and self.reroutes.waiting:
-            await self.reroutes.settle(remote, actor_id, deadline)
+            await self.reroutes.settle(remote, actor_id, node.node_rid, deadline)
         if local and (followed := self.moved.followed(actor_id, remote)) is not None:
             relay, moved_to = followed
             return await relay.request(

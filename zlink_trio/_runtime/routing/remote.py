@@ -381,8 +381,9 @@ class Remote:
     async def _follow_store(self) -> None:
         with self._store.changes() as subscription:
             async for event in subscription:
-                if isinstance(event, Resync):
-                    self._cache.clear()
+                if isinstance(event, Resync):  # each target's next call flushes its route
+                    for target in list(self._cache):
+                        self.forget(target, flush=True)
                 elif isinstance(event, Changed):
                     for key in event.keys:
                         self._forget_key(key)

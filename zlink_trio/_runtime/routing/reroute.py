@@ -6,9 +6,11 @@ new owner N (routing/follow.py), but a message the sender sends N directly could
 first. So the first call after such a change asks O before it goes to N.
 
 Rule 1: the sender remembers the owner the cache forgot on a store change (``forgot``), for
-the follow window (``HostConfig.relocation_follow_window``; after it O relays nothing); so does
-a host that admits a unit moving to it, for its own callers. Its next call to the target (here
-or at any host) first sends O, if still a live peer, ``zlink.Flush`` for the target on the
+the follow window (``HostConfig.relocation_follow_window``; after it O relays nothing); a host
+that admits a unit moving to it remembers the unit's source the same way, for its own calls
+(one may have been on its way to the source when the unit arrived). Its next call to the
+target that goes anywhere but O first sends O, if still a live peer, ``zlink.Flush`` for the
+target on the
 same connection as its earlier messages and waits for the answer (bounded by the call's
 deadline and ``request_timeout``) before the call goes on; calls to the same target that come
 meanwhile wait for that answer too. A flush that fails is logged and the call goes on: order is
@@ -19,8 +21,9 @@ target is still sealed here, O first waits for the seal to end, and while its mo
 what waited at the seal, for that relay (``Moved.wait_relayed``). If it follows the target to N,
 it sends N a flush of its own on the connection its relays took and answers when N does; N's
 reader answers after the relays ahead of it have been admitted or parked in the target's backlog
-(backlog.py keeps one order per target). A target O neither holds sealed nor follows is answered
-at once.
+and, for those parked in the target's backlog, after the backlog has drained (backlog.py
+``wait_drained``): this host's own calls do not queue behind a backlog. A target O neither
+holds sealed nor follows, and has no backlog for, is answered at once.
 """
 
 from __future__ import annotations
@@ -67,16 +70,21 @@ class Reroutes:
         """Whether any call may have a route to flush first (the hot path's cheap check)."""
         return bool(self._previous or self._flushing)
 
-    async def settle(self, remote: Remote | None, target: Target, deadline: float) -> None:
-        """Before a call to ``target``: flush the route the cache forgot (Rule 1). Returns at
-        once when there is none (or no ``remote``: nothing was ever forgotten)."""
+    async def settle(
+        self, remote: Remote | None, target: Target, to: NodeRid, deadline: float
+    ) -> None:
+        """Before a call to ``target`` goes to ``to`` (this host's own id: here): flush the
+        route the cache forgot (Rule 1). Returns at once when there is none, or when the call
+        takes that route too (the remembered owner stays remembered), or without ``remote``
+        (nothing was ever forgotten)."""
         if remote is None:
             return
         while (flushing := self._flushing.get(target)) is not None:
             await flushing.wait()
-        previous = self._previous.pop(target, None)
-        if previous is None:
+        previous = self._previous.get(target)
+        if previous is None or previous[0] == to:
             return
+        del self._previous[target]
         old, until = previous
         if trio.current_time() >= until or remote.peer_record(old) is None:
             return
