@@ -319,6 +319,8 @@ async def _move(
         reason = RelocationReason.DEADLINE_EXCEEDED
     except ZLinkError as error:
         _log.warning("moving %s to %s failed before its commit: %s", unit_id, target.rid, error)
+        if error.kind is ErrorKind.DEADLINE_EXCEEDED:  # the move's own deadline ran out (RELOC-20)
+            reason = RelocationReason.DEADLINE_EXCEEDED
     if handed is None:
         with trio.CancelScope(shield=True), trio.move_on_after(node.config.request_timeout):
             try:

@@ -15,8 +15,11 @@ Rule 2: the unit is restored and admitted, sealed, before the commit. Once every
 fresh instance is made and restored (``prepare_restore``, ``prepare_actor_restore``) and put in
 the catalog at once, serving nothing: whatever reaches it (a peer that read the commit before
 this host heard of it, this host's own callers) waits in it, and it keeps its hands off the
-store record, which is still the source's (RELOC-65). A restore that fails answers
-``ok=False`` with the reason; the source then keeps the unit.
+store record, which is still the source's (RELOC-65). An adapter whose ``restore`` raises is
+given a fresh instance and the identical payload again, up to ``RESTORE_ATTEMPTS`` times here
+(RELOC-16, RELOC-19); a restore that still fails answers ``ok=False`` with the reason, and the
+source keeps the unit and tries no other target. A restore that ends after its move was dropped
+(the source gave up, or a newer attempt replaced it) is discarded unseen (RELOC-21, RELOC-22).
 Rule 3: the commit gives it the record; the source's ``RelocateOpen`` lets it serve.
 ``RelocateCommit`` carries the version of the record that names this host now. What the source
 relays until its ``RelocateOpen`` (the messages it held, in the order it admitted them) goes in
@@ -82,7 +85,12 @@ from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotKind, StableTypeName
 from zlink_trio.options import SpotFactoryMode
 
-__all__ = ["Arrivals"]
+__all__ = ["RESTORE_ATTEMPTS", "Arrivals"]
+
+RESTORE_ATTEMPTS = 3
+"""How many times the target restores a unit whose adapter's restore raised (Rule 2)."""
+RESTORE_PAUSE = 0.05
+"""Seconds before the second restore attempt; each later one waits that much longer."""
 
 _log = logging.getLogger("zlink_trio.runtime.relocation")
 
@@ -285,11 +293,25 @@ class Arrivals:
     async def _restore(
         self, target: SpotId | ActorId, arriving: _Arriving, payload: bytes | None
     ) -> RelocateAnswer:
-        try:
-            restored = await arriving.restore(Claim(target, arriving.record, 0), payload)
-        except (ZLinkError, AdapterFailure) as error:
-            self._arriving.pop(target, None)
-            return RelocateAnswer(False, f"restoring {target} failed: {error}")
+        restored: Restored | None = None
+        failure: Exception | None = None
+        for attempt in range(1, RESTORE_ATTEMPTS + 1):
+            try:  # each attempt into a fresh instance, from the identical payload (Rule 2)
+                restored = await arriving.restore(Claim(target, arriving.record, 0), payload)
+                break
+            except (AdapterFailure, ZLinkError) as error:
+                # A Spot's adapter failure comes as INTERNAL_FAILURE, as a constructor's does.
+                failure = error
+                _log.warning("restoring %s failed (attempt %d): %s", target, attempt, error)
+                if isinstance(error, ZLinkError) and error.kind is not ErrorKind.INTERNAL_FAILURE:
+                    break
+            if attempt == RESTORE_ATTEMPTS or self._arriving.get(target) is not arriving:
+                break
+            await trio.sleep(RESTORE_PAUSE * attempt)
+        if restored is None:
+            if self._arriving.get(target) is arriving:  # not a newer attempt's (RELOC-22)
+                del self._arriving[target]
+            return RelocateAnswer(False, f"restoring {target} failed: {failure}")
         if self._arriving.get(target) is not arriving:  # dropped meanwhile
             restored.discard()
             return RelocateAnswer(False, f"the move of {target} ended during its restore")
