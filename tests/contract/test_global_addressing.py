@@ -716,9 +716,9 @@ async def test_a_host_that_no_longer_holds_a_target_answers_not_found_and_forwar
             async def stale_owner_of(target: object, deadline: float) -> object:
                 return Owner(two.node_rid)  # the instant the hosts disagree
 
-            def forget(target: zl.SpotId) -> None:
+            def forget(target: zl.SpotId, *, flush: bool = False) -> None:
                 forgotten.append(target)
-                real_forget(target)
+                real_forget(target, flush=flush)
 
             remote.owner_of = stale_owner_of  # type: ignore[assignment,method-assign]
             remote.forget = forget  # type: ignore[method-assign]
