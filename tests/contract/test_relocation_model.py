@@ -11,9 +11,9 @@ What the model holds after every step:
   model knows to be live exactly one does, with the store's record naming that host's run and
   the Spot's generation, on a host that was serving when the Spot moved there;
 - per-sender order: each sender's messages were handled by a Spot in the order it sent them,
-  none twice and none that it did not send; a sender whose calls may straddle a move, or go
-  through a stale route, is checked without the order until the runtime keeps it
-  (``ORDER_ACROSS_MOVES``, ``ORDER_THROUGH_FOLLOW``).
+  none twice and none that it did not send, also for a sender whose calls straddle a move or
+  go through a stale route (``ORDER_ACROSS_MOVES``, ``ORDER_THROUGH_FOLLOW``; either can be
+  turned off to look at the rest of a failing example).
 
 And once the example's bursts have all ended and the mesh is quiet (a ``settle`` step and the
 teardown):
