@@ -6,6 +6,8 @@ before any message; a rejected or failed join leaves the Actor where it was."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -149,13 +151,19 @@ def _get(host: TestHost, actor_id: str) -> Any:
     return host.route.request_to_actor(actor_id, Get(), reply_type=Count)
 
 
-async def _two_hosts_with_a_lobby(
-    store_dsn: str, stores: Any, source: TestHost, target: TestHost
-) -> None:
-    with trio.fail_after(10):
-        for one, other in ((source, target), (target, source)):
-            await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
-    await target.spots.get_or_create("lobby", "ajoin.Lobby").submit()
+@contextlib.asynccontextmanager
+async def _two_hosts(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost]]:
+    """A source and a target host that see each other, with the Lobby on the target."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        with trio.fail_after(10):
+            for one, other in ((source, target), (target, source)):
+                await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
+        await target.spots.get_or_create("lobby", "ajoin.Lobby").submit()
+        yield source, target
 
 
 def _reset(completions: int = 1) -> None:
@@ -173,12 +181,7 @@ async def test_a_join_to_a_spot_of_another_host_moves_the_actor_there(store_dsn:
     reply) run there before the queued sends, the source's Entry Spot runs
     ``on_leave_actor``, and the source holds the Actor no more."""
     _reset()
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+    async with _two_hosts(store_dsn) as (source, target):
         created = await source.actors.create("p-1", "ajoin.Purse").submit()
         assert created.actor_ref is not None
         here = source.host._tree.actors.actors[zl.ActorId("p-1")]  # type: ignore[union-attr]
@@ -233,12 +236,7 @@ async def test_a_rejected_join_to_another_host_leaves_the_actor_where_it_was(
     """The Lobby rejects with a Note: the Purse's completion is REJECTED with that reply and
     runs on the source before the send queued behind the join, which the source handles."""
     _reset()
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+    async with _two_hosts(store_dsn) as (source, target):
         await source.actors.create("p-2", "ajoin.Purse").submit()
         await source.route.send_to_actor("p-2", Join(("lobby",), ask="no")).submit()
         await source.route.send_to_actor("p-2", Add(4)).submit()
@@ -265,12 +263,7 @@ async def test_an_actor_that_cannot_move_fails_a_join_to_another_host(store_dsn:
     FAILED with INVALID_OPERATION, nobody is asked, and it serves on where it was; a join to a
     Spot that lives nowhere ends FAILED with NOT_FOUND."""
     _reset(2)
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+    async with _two_hosts(store_dsn) as (source, _target):
         await source.actors.create("h-1", "ajoin.Homebody").submit()
         await source.route.send_to_actor("h-1", Join(("lobby", "nowhere"))).submit()
         with trio.fail_after(10):
@@ -290,16 +283,11 @@ async def test_an_actor_that_cannot_move_fails_a_join_to_another_host(store_dsn:
 async def test_joins_deferred_after_one_that_moved_the_actor_end_failed_there(
     store_dsn: str,
 ) -> None:
-    """One turn defers a join to the other host's Lobby, then one back to its Entry Spot: the
-    first moves the Purse; the second does not run and ends FAILED (UNAVAILABLE), reported on
-    the target after the first's ACCEPTED."""
+    """One turn defers two joins to the other host's Lobby: the first moves the Purse; the
+    second does not run and ends FAILED (UNAVAILABLE), reported on the target after the
+    first's ACCEPTED."""
     _reset(2)
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+    async with _two_hosts(store_dsn) as (source, target):
         await source.actors.create("p-3", "ajoin.Purse").submit()
         await source.route.send_to_actor("p-3", Join(("lobby", "lobby"))).submit()
         with trio.fail_after(10):
@@ -338,12 +326,7 @@ async def test_a_host_relocating_while_a_join_moves_an_actor_lets_the_join_move_
     global asked, answer_now
     _reset()
     asked, answer_now = trio.Event(), trio.Event()
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _two_hosts_with_a_lobby(store_dsn, stores, source, target)
+    async with _two_hosts(store_dsn) as (source, target):
         await target.spots.get_or_create("slow", "ajoin.SlowLobby").submit()
         await source.actors.create("p-4", "ajoin.Purse").submit()
         await source.route.send_to_actor("p-4", Add(6)).submit()

@@ -5,9 +5,11 @@ tried, a stale attempt never commits anything, and the payload never reaches the
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 
 import attrs
 import pytest
@@ -94,23 +96,33 @@ class Tally(zl.Spot):
         return Count(self.value, self.context.ref.node_rid.value)
 
 
-async def _meet(*hosts: TestHost) -> None:
-    with trio.fail_after(10):
-        for one in hosts:
-            for other in hosts:
-                if one is not other:
-                    await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
+@contextlib.asynccontextmanager
+async def _hosts(store_dsn: str, count: int, tally: int) -> AsyncIterator[list[TestHost]]:
+    """``count`` hosts of one mesh that see each other, the first with a Tally of ``tally``."""
+    async with contextlib.AsyncExitStack() as stack:
+        stores = await stack.enter_async_context(open_test_stores(store_dsn))
+        first = await stack.enter_async_context(open_test_host(app, dsn=store_dsn, stores=stores))
+        hosts = [first]
+        for _ in range(count - 1):
+            hosts.append(
+                await stack.enter_async_context(
+                    open_test_host(app, dsn=store_dsn, stores=stores, mesh=first.mesh)
+                )
+            )
+        with trio.fail_after(10):
+            for one in hosts:
+                for other in hosts:
+                    if one is not other:
+                        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
+        await first.spots.get_or_create("tally", "rattempt.Tally").submit()
+        await first.route.send_to_spot("tally", Add(tally)).submit()
+        yield hosts
 
 
 async def _count(host: TestHost) -> Count:
     answer = await host.route.request_to_spot("tally", Get(), reply_type=Count).submit()
     assert isinstance(answer, Count)
     return answer
-
-
-async def _a_tally_of(source: TestHost, value: int) -> None:
-    await source.spots.get_or_create("tally", "rattempt.Tally").submit()
-    await source.route.send_to_spot("tally", Add(value)).submit()
 
 
 @pytest.mark.spec("RELOC-19", "RELOC-16", "RELOC-15")
@@ -121,13 +133,7 @@ async def test_a_failed_restore_is_retried_on_the_same_target_with_the_identical
     payload, which was captured once, and the Tally serves there with its count."""
     global script
     script = Script(fail_first=1)
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _meet(source, target)
-        await _a_tally_of(source, 41)
+    async with _hosts(store_dsn, 2, 41) as [source, target]:
         result = await source.host.relocate(deadline=20.0)
         assert zl.RelocationOutcome.RELOCATED == result.outcome, result
         assert Count(41, target.node_rid.value) == await _count(source)
@@ -148,14 +154,7 @@ async def test_a_restore_that_keeps_failing_blocks_the_relocation_and_tries_no_o
     the source with its count."""
     global script
     script = Script(fail_first=10**6)
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as one,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as other,
-    ):
-        await _meet(source, one, other)
-        await _a_tally_of(source, 7)
+    async with _hosts(store_dsn, 3, 7) as [source, one, _other]:
         result = await source.host.relocate(deadline=20.0)
         assert (zl.RelocationOutcome.BLOCKED, zl.RelocationReason.STATE_INCOMPATIBLE) == (
             result.outcome,
@@ -178,13 +177,7 @@ async def test_a_stale_restore_never_commits_and_a_new_attempt_may_overlap_it(
     the count of the second capture, and the store still names the target."""
     global script
     script = Script(hang_first=True)
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _meet(source, target)
-        await _a_tally_of(source, 5)
+    async with _hosts(store_dsn, 2, 5) as [source, target]:
         stale = await source.host.relocate(deadline=1.0)
         assert (zl.RelocationOutcome.BLOCKED, zl.RelocationReason.DEADLINE_EXCEEDED) == (
             stale.outcome,
@@ -243,13 +236,7 @@ async def test_the_payload_never_reaches_the_store(store_dsn: str) -> None:
     marker, as text or as hex."""
     global script
     script = Script()
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _meet(source, target)
-        await _a_tally_of(source, 2)
+    async with _hosts(store_dsn, 2, 2) as [source, target]:
         result = await source.host.relocate(deadline=20.0)
         assert zl.RelocationOutcome.RELOCATED == result.outcome, result
         assert script.captures
