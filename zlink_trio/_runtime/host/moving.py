@@ -398,6 +398,8 @@ async def _hand_over(
                 except trio.WouldBlock:
                     break
                 await relay_to(unit, [envelope], replies)
+            for unit in units:  # a sender's flush waits for what comes after this (reroute.py)
+                moved.relaying_after_open(unit.target)
             await _tell(remote, primary, target, RelocateOpen())
             opened.append(trio.current_time())
             for unit in reversed(units):  # the members leave before their Spot closes

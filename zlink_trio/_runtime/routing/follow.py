@@ -47,14 +47,18 @@ class Moved:
         self._last_relay = -math.inf
         """When work for a moved unit last reached this host (Trio's clock)."""
         self._relaying: dict[SpotId | ActorId, trio.Event] = {}
-        """Units whose move still relays what waited here for them (``relayed``)."""
+        """Units whose move told the target to open and still relays what reached them here
+        (``relaying_after_open`` until ``relayed``)."""
 
     def follow(self, unit: SpotId | ActorId, owner: NodeRid) -> None:
-        """``unit`` moved to ``owner``: follow it from now on, for the window; until
-        ``relayed(unit)`` its move still relays what waited here."""
+        """``unit`` moved to ``owner``: follow it from now on, for the window."""
         now = trio.current_time()
         self._moved[unit] = (owner, now + self._window)
         self._last_relay = now  # the quiet wait counts from the last move at the earliest
+
+    def relaying_after_open(self, unit: SpotId | ActorId) -> None:
+        """The move of ``unit`` relayed what waited here and tells the target to open: what
+        reaches it here from now on is relayed after that, until ``relayed(unit)``."""
         self._relaying.setdefault(unit, trio.Event())
 
     def relayed(self, unit: SpotId | ActorId) -> None:
@@ -64,7 +68,9 @@ class Moved:
             done.set()
 
     async def wait_relayed(self, unit: SpotId | ActorId) -> None:
-        """Return once no move of ``unit`` relays what waited here (routing/reroute.py)."""
+        """Return once no move of ``unit`` relays, after its target opened, what reached it
+        here (routing/reroute.py); at once before the opening: all that is relayed ahead of
+        it."""
         done = self._relaying.get(unit)
         if done is not None:
             await done.wait()

@@ -45,7 +45,6 @@ from functools import partial
 import trio
 
 from zlink_trio._integration.transport import PeerRun
-from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.system import (
     CLOSE_SPOT,
@@ -71,7 +70,6 @@ from zlink_trio._runtime.routing.moves_in import MovesIn
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.routing.reroute import answer_flush
 from zlink_trio._runtime.spots import creation
-from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._wire import ErrorReply, Reply, Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, ObjectGeneration, SpotId, SpotRef
@@ -278,17 +276,11 @@ class Inbound:
     async def _inbound_flush(self, origin: PeerRun, message: Request, arrived: float) -> None:
         """A sender's ``zlink.Flush`` (reroute.py Rule 2), within its budget."""
         messaging, target = self._messaging, message.target
-        unit: Activation | ActorActivation | None = (
-            messaging.spots.activations.get(target)
-            if isinstance(target, SpotId)
-            else messaging.actors.actors.get(target)
-        )
-        hold = None if unit is None else unit.hold
         answer: object = ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"flushing {target} timed out")
         try:
             with self._node.clock.scope_until(arrived + message.budget_us / 1_000_000):
                 await self.backlogs.wait_drained(target)
-                answer = await answer_flush(self._node, self._remote, messaging.moved, hold, target)
+                answer = await answer_flush(self._node, self._remote, messaging.moved, target)
         except ZLinkError as error:
             answer = error
         self._answer(origin, message, answer)

@@ -15,10 +15,14 @@ same connection as its earlier messages and waits for the answer (bounded by the
 deadline and ``request_timeout``) before the call goes on; calls to the same target that come
 meanwhile wait for that answer too. A flush that fails is logged and the call goes on: order is
 then as before, never a lost or failed call.
-Rule 2: O answers once everything it had for the target has reached N. Its reader handles the
-flush after the sender's earlier messages, each already relayed in order (RELOC-68); if the
-target is still sealed here, O first waits for the seal to end, and while its move still relays
-what waited at the seal, for that relay (``Moved.wait_relayed``). If it follows the target to N,
+Rule 2: O answers once everything it had for the target has reached N, or is sure to be served
+there first. Its reader handles the flush after the sender's earlier messages, each already
+relayed in order (RELOC-68). While the target is sealed here, and until its move has relayed
+what waited and tells N to open, whatever O holds is relayed before N serves the target (N
+holds every other message until then, RELOC-60): O answers at once, never waiting for its own
+move (a sender on N may flush while N has not answered the commit yet). Once the move tells N
+to open, what still reaches the target here is relayed after that, and O waits for that relay
+(``Moved.wait_relayed``). If it follows the target to N,
 it sends N a flush of its own on the connection its relays took and answers when N does; N's
 reader answers after the relays ahead of it have been admitted or parked in the target's backlog
 and, for those parked in the target's backlog, after the backlog has drained (backlog.py
@@ -37,7 +41,6 @@ from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.routing.follow import Moved
 from zlink_trio._runtime.routing.owner import Owner, Target
 from zlink_trio._runtime.routing.remote import Remote
-from zlink_trio._runtime.spots.ingress import Hold
 from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import NodeRid
 
@@ -101,12 +104,9 @@ class Reroutes:
 
 
 async def answer_flush(
-    node: LocalNode, remote: Remote, moved: Moved, hold_of: Hold | None, target: Target
+    node: LocalNode, remote: Remote, moved: Moved, target: Target
 ) -> RelocateAnswer:
-    """This host's answer to a sender's ``zlink.Flush`` for ``target`` (Rule 2); ``hold_of``:
-    the seal of ``target`` here, if it is sealed."""
-    if hold_of is not None and hold_of.forward is None:
-        await hold_of.ended.wait()
+    """This host's answer to a sender's ``zlink.Flush`` for ``target`` (Rule 2)."""
     await moved.wait_relayed(target)
     followed = moved.followed(target, remote)
     if followed is None:
