@@ -14,7 +14,8 @@ through the public API. Each host's config is the default but for ``transport_se
    1 KiB or 1 MiB of random bytes (plus an 8-byte count). A relocation with PLANNED_MAINTENANCE
    is host-wide and a host relocates once, so every round opens a fresh host in the other host
    process, and the host that holds the Spots relocates to it (``host.relocate()``, its only
-   SERVING peer that declares the types) and then shuts down: the Spots go back and forth
+   SERVING peer that declares the types) once its transport route to it is up, and then shuts
+   down: the Spots go back and forth
    between the two processes, one move each per round, one at a time (the runtime moves Spots
    one by one, in id order).
    - inside: each completed move logs its ``MoveTimes`` on the source (host/moving.py, DEBUG):
@@ -244,6 +245,8 @@ class HostProcess:
         host = self.hosts[words[1]]
         if verb == "see":
             return {"seen": await sees(host, [zl.NodeRid(rid) for rid in words[2:]])}
+        if verb == "warm":
+            return {"up": await routes_up(host, [zl.NodeRid(rid) for rid in words[2:]])}
         if verb == "fill":
             kind, prefix, count, size = words[2], words[3], int(words[4]), int(words[5])
             return {"crcs": await fill(host, kind, prefix, count, size)}
@@ -262,6 +265,21 @@ class HostProcess:
             self.stops[words[1]].set()
             return {}
         raise ValueError(f"unknown command {words!r}")
+
+
+async def routes_up(host: zl.Host, rids: Iterable[zl.NodeRid]) -> bool:
+    """Whether ``host``'s transport routes to every one of ``rids`` are up (connected, and the
+    CURVE handshake done) within FORM_TIMEOUT (polled): a long-running mesh has its routes up
+    before a relocation, so a round does not count a route that a fresh host is still making.
+    Reads the transport through the host's internals, as the MoveTimes log does."""
+    mesh = host._tree.remote.mesh  # type: ignore[attr-defined]
+    wanted = list(rids)
+    deadline = trio.current_time() + FORM_TIMEOUT
+    while trio.current_time() < deadline:
+        if all(mesh.is_up(rid) is not None for rid in wanted):
+            return True
+        await trio.sleep(0.005)
+    return False
 
 
 async def sees(host: zl.Host, rids: Iterable[zl.NodeRid]) -> bool:
@@ -481,6 +499,8 @@ async def measure_interruption(
             await children[here].see(rid, new)
             if not await sees(client, [zl.NodeRid(new)]):
                 raise BenchError(f"the client did not see the new host {new}")
+            if not (await children[here].ask("warm", rid, new))["up"]:
+                raise BenchError(f"the route from {rid} to the new host {new} did not come up")
             start = time.perf_counter()
             answer = await children[here].ask("relocate", rid, 30.0)
             end = time.perf_counter()
