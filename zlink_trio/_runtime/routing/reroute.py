@@ -85,11 +85,14 @@ class Reroutes:
         while (flushing := self._flushing.get(target)) is not None:
             await flushing.wait()
         previous = self._previous.get(target)
-        if previous is None or previous[0] == to:
+        if previous is None:
             return
-        del self._previous[target]
         old, until = previous
-        if trio.current_time() >= until or remote.peer_record(old) is None:
+        expired = trio.current_time() >= until
+        if old == to and not expired:
+            return  # this call takes that route too: the next one elsewhere flushes it
+        del self._previous[target]
+        if expired or old == to or remote.peer_record(old) is None:
             return
         node = self._node
         done = self._flushing[target] = trio.Event()
