@@ -65,6 +65,12 @@ class Touch:
     """Activates an Instance Spot where it is sent from; handled without a record."""
 
 
+@app.message("reloc.Where")
+@attrs.frozen
+class Where:
+    """Asks where a Spot runs; handled without a record."""
+
+
 Sink = Callable[[dict[str, Any]], None]
 sink: Sink = lambda _entry: None  # noqa: E731
 """Where each turn record goes: a file in a host's process (``file_sink``)."""
@@ -159,6 +165,10 @@ class Tracked:
     @zl.packet_handler(Touch)
     async def touch(self, msg: Touch) -> None:
         pass
+
+    @zl.request_handler(Where)
+    async def where(self, req: Where) -> Answer:
+        return Answer(self.context.ref.node_rid.value, self.act)
 
     async def on_closing(self, closing: zl.SpotClosingContext) -> None:
         if closing.reason is zl.SpotCloseReason.RELOCATION_OUT:

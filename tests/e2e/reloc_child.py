@@ -176,6 +176,12 @@ async def execute(
         for spot_id in command["counters"]:
             touch = host.route.send_to_spot(spot_id, reloc_app.Touch())
             await touch.instance_spot(reloc_app.COUNTER).submit()
+            # The send completes in the new activation's queue, before its claim: ask it, so
+            # that nobody's traffic activates the counter elsewhere first.
+            ask = host.route.request_to_spot(
+                spot_id, reloc_app.Where(), reply_type=reloc_app.Answer
+            )
+            where[spot_id] = (await ask.instance_spot(reloc_app.COUNTER).submit()).host
         return {"ok": True, "rooms": where}
     if op == "arm":
         reloc_app.gates.armed.update(command["points"])
