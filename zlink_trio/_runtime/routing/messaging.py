@@ -117,7 +117,7 @@ class Messaging:
         node.check_admitting()
         node.check_mesh(mesh)
         encoded = self._screen(message, local)
-        if not local and self.reroutes.waiting:
+        if not local and self.reroutes.waiting and spot_id in self.spots.activations:
             await self.reroutes.settle(self.remote, spot_id, node.node_rid, math.inf)
         if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
             relay, moved_to = followed
@@ -180,7 +180,7 @@ class Messaging:
         node.check_mesh(mesh)
         encoded = self._screen(message, local)
         deadline = node.clock.now() + time_limit
-        if not local and self.reroutes.waiting:
+        if not local and self.reroutes.waiting and spot_id in self.spots.activations:
             await self.reroutes.settle(self.remote, spot_id, node.node_rid, deadline)
         if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
             relay, moved_to = followed
@@ -315,7 +315,7 @@ class Messaging:
         node.check_admitting()
         encoded = self._screen(message, local)
         remote = self.remote
-        if not local and self.reroutes.waiting:
+        if not local and self.reroutes.waiting and actor_id in self.actors.actors:
             await self.reroutes.settle(remote, actor_id, node.node_rid, math.inf)
         if local and (followed := self.moved.followed(actor_id, remote)) is not None:
             await followed[0].send(followed[1], actor_id, message, metadata, None)
@@ -357,7 +357,7 @@ class Messaging:
         encoded = self._screen(message, local)
         deadline = node.clock.now() + time_limit
         remote = self.remote
-        if not local and self.reroutes.waiting:
+        if not local and self.reroutes.waiting and actor_id in self.actors.actors:
             await self.reroutes.settle(remote, actor_id, node.node_rid, deadline)
         if local and (followed := self.moved.followed(actor_id, remote)) is not None:
             relay, moved_to = followed

@@ -391,8 +391,8 @@ class Remote:
     def _forget_key(self, key: str) -> None:
         spot = key.startswith(self._spot_prefix)
         if spot or key.startswith("actor/"):
-            ids = SpotId(key[len(self._spot_prefix) :]) if spot else ActorId(key[len("actor/") :])
-            self.forget(ids, flush=True)
+            id_ = SpotId(key[len(self._spot_prefix) :]) if spot else ActorId(key[len("actor/") :])
+            self.forget(id_, flush=True)
 
     async def _report_load(self) -> None:
         while True:

@@ -9,12 +9,12 @@ Rule 1: the sender remembers the owner the cache forgot on a store change (``for
 the follow window (``HostConfig.relocation_follow_window``; after it O relays nothing); a host
 that admits a unit moving to it remembers the unit's source the same way, for its own calls
 (one may have been on its way to the source when the unit arrived). Its next call to the
-target that goes anywhere but O first sends O, if still a live peer, ``zlink.Flush`` for the
-target on the
-same connection as its earlier messages and waits for the answer (bounded by the call's
-deadline and ``request_timeout``) before the call goes on; calls to the same target that come
-meanwhile wait for that answer too. A flush that fails is logged and the call goes on: order is
-then as before, never a lost or failed call.
+target that goes anywhere but O (messaging.py: to a unit here, or to the owner the store
+names) first sends O, if still a live peer, ``zlink.Flush`` for the target on the same
+connection as its earlier messages and waits for the answer (bounded by the call's deadline
+and ``request_timeout``); calls to the same target that come meanwhile wait for that answer
+too. A flush that fails is logged and the call goes on: order is then as before, never a lost
+or failed call.
 Rule 2: O answers once everything it had for the target has reached N, or is sure to be served
 there first. Its reader handles the flush after the sender's earlier messages, each already
 relayed in order (RELOC-68). While the target is sealed here, and until its move has relayed
@@ -22,12 +22,11 @@ what waited and tells N to open, whatever O holds is relayed before N serves the
 holds every other message until then, RELOC-60): O answers at once, never waiting for its own
 move (a sender on N may flush while N has not answered the commit yet). Once the move tells N
 to open, what still reaches the target here is relayed after that, and O waits for that relay
-(``Moved.wait_relayed``). If it follows the target to N,
-it sends N a flush of its own on the connection its relays took and answers when N does; N's
-reader answers after the relays ahead of it have been admitted or parked in the target's backlog
-and, for those parked in the target's backlog, after the backlog has drained (backlog.py
-``wait_drained``): this host's own calls do not queue behind a backlog. A target O neither
-holds sealed nor follows, and has no backlog for, is answered at once.
+(``Moved.wait_relayed``). If it follows the target to N, it sends N a flush of its own on the
+connection its relays took and answers when N does; N's reader answers after the relays ahead
+of it have been admitted, and for any parked in the target's backlog once the backlog has
+drained (backlog.py ``wait_drained``: this host's own calls do not queue behind a backlog).
+A target O does not follow is answered at once, its backlog drained.
 """
 
 from __future__ import annotations
