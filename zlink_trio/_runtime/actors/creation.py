@@ -165,11 +165,7 @@ async def _create_new(
     if node.placing is not None and not exclusive:
         # Relocating: nothing new is placed here, but an Actor that lives elsewhere is found as
         # anywhere (RELOC-44).
-        record = await node.authority.read_live(actor_id)
-        if record is None:
-            node.check_placing()
-        assert record is not None  # check_placing raised otherwise
-        claimed = Held(record)
+        claimed = await node.held_elsewhere(actor_id)
     else:
         node.check_placing()
         try:

@@ -31,10 +31,10 @@ from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.engines.completion import CompletionDispatcher, shutting_down
 from zlink_trio._runtime.engines.mailbox import JobPermits
 from zlink_trio._runtime.engines.workers import WorkerScheduler
-from zlink_trio._runtime.ownership.authority import SpotAuthority
+from zlink_trio._runtime.ownership.authority import Held, SpotAuthority
 from zlink_trio._runtime.ownership.fence import Fence
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
+from zlink_trio.ids import ActorId, MeshName, NodeGeneration, NodeRid, SpotId
 
 __all__ = ["LocalNode"]
 
@@ -101,6 +101,15 @@ class LocalNode:
                 ErrorKind.UNAVAILABLE,
                 f"host {self.node_rid} takes no new Spots or Actors: {self.placing}",
             )
+
+    async def held_elsewhere(self, target: SpotId | ActorId) -> Held:
+        """While this host takes no new Spots or Actors (RELOC-44): ``target`` as the live host
+        that holds it has it, found as anywhere; else ``check_placing``'s error."""
+        record = await self.authority.read_live(target)
+        if record is None:
+            self.check_placing()
+        assert record is not None  # check_placing raised otherwise
+        return Held(record)
 
     def not_admitted(self, target: str) -> ZLinkError:
         """The error of a message whose wait for room in ``target``'s queue ended without

@@ -116,11 +116,7 @@ async def _create_new(
     if node.placing is not None and not generated:
         # Relocating: nothing new is placed here, but a Spot that lives elsewhere is found as
         # anywhere (RELOC-44).
-        record = await node.authority.read_live(spot_id)
-        if record is None:
-            node.check_placing()
-        assert record is not None  # check_placing raised otherwise
-        claimed = Held(record)
+        claimed = await node.held_elsewhere(spot_id)
     else:
         node.check_placing()
         claimed = await _claim(node, spot_id, type_name)
