@@ -16,7 +16,7 @@ its ``on_join_completed`` runs here. After the commit the Spot it leaves runs
 
 from __future__ import annotations
 
-import cbor2
+import attrs
 import trio
 
 from zlink_trio._runtime.actors.activation import ActorActivation, DeferredJoin
@@ -28,16 +28,18 @@ from zlink_trio._runtime.routing.follow import Moved
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import SpotId, SpotKind, StableTypeName
+from zlink_trio.ids import SpotId, StableTypeName
 from zlink_trio.options import RelocationReason
 
 __all__ = ["join_elsewhere"]
 
-_NO_TIMERS = cbor2.dumps([])
-
 
 def _wire_id(join_id: int) -> bytes:
     return join_id.to_bytes(16, "big")
+
+
+def _failed(join: DeferredJoin, target_id: SpotId, error: ZLinkError) -> ActorJoinCompletion:
+    return ActorJoinCompletion(ActorJoinOutcome.FAILED, join.join_id, target_id.value, error=error)
 
 
 async def join_elsewhere(
@@ -53,10 +55,7 @@ async def join_elsewhere(
     join, node = joins[0], actor.node
 
     def failed(kind: ErrorKind, text: str) -> ActorJoinCompletion:
-        error = ZLinkError(kind, text)
-        return ActorJoinCompletion(
-            ActorJoinOutcome.FAILED, join.join_id, target_id.value, error=error
-        )
+        return _failed(join, target_id, ZLinkError(kind, text))
 
     left = join.deadline - node.clock.now()
     if left <= 0:
@@ -85,27 +84,23 @@ async def join_elsewhere(
         request_type = name.value
     entry = actor.catalog.spots.entry.spot_id
     later = tuple((_wire_id(j.join_id), (j.target or entry).value) for j in joins[1:])
-    name_, generation = actor.actor_type.name.value, actor.ref.object_generation.value
 
-    def announce(chunks: int) -> RelocateIn:
-        return RelocateIn(
-            int(SpotKind.INVALID),
-            name_,
-            generation,
-            _NO_TIMERS,
-            chunks,
-            target_id.value,
-            _wire_id(join.join_id),
-            request_type,
-            request,
-            later,
+    def with_join(plain: RelocateIn) -> RelocateIn:
+        """The Actor's ``RelocateIn``, naming the join (routing/joins_in.py)."""
+        return attrs.evolve(
+            plain,
+            spot=target_id.value,
+            join=_wire_id(join.join_id),
+            request_type=request_type,
+            request=request,
+            later_joins=later,
         )
 
     try:
         sealed = seal_between_turns(actor)
     except ZLinkError as error:
         return failed(error.kind, error.message)
-    outcome = await move_to_join(remote, moved, sealed, record, deadline, announce)
+    outcome = await move_to_join(remote, moved, sealed, record, deadline, with_join)
     if outcome is None:
         actor.leave_for_move()
         return None
@@ -129,14 +124,10 @@ def _answered(
             try:
                 reply = messages.decode(StableTypeName(answer.reply_type), answer.reply)
             except ZLinkError as error:
-                return ActorJoinCompletion(
-                    ActorJoinOutcome.FAILED, join.join_id, target_id.value, error=error
-                )
+                return _failed(join, target_id, error)
         return ActorJoinCompletion(
             ActorJoinOutcome.REJECTED, join.join_id, target_id.value, reply=reply
         )
     known = {int(kind) for kind in ErrorKind}
     kind = ErrorKind(answer.kind) if answer.kind in known else ErrorKind.UNAVAILABLE
-    return ActorJoinCompletion(
-        ActorJoinOutcome.FAILED, join.join_id, target_id.value, error=ZLinkError(kind, answer.why)
-    )
+    return _failed(join, target_id, ZLinkError(kind, answer.why))

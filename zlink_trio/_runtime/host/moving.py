@@ -198,14 +198,15 @@ async def move_to_join(
     sealed: SealedActor,
     target: NodeRecord,
     deadline: float,
-    announce: Callable[[int], RelocateIn],
+    with_join: Callable[[RelocateIn], RelocateIn],
 ) -> RelocateAnswer | RelocationReason | None:
     """``move_actor`` for a join from the Actor's own lane (host/joining.py): the lane sealed
-    it, ``announce`` names the join, and the relay after the commit runs on in the host's
-    activation nursery. ``None`` once the target owns it, else the target's refusal or why it
-    stayed here (serving again)."""
+    it, ``with_join`` adds the join to its ``RelocateIn``, and the relay after the commit runs
+    on in the host's activation nursery. ``None`` once the target owns it, else the target's
+    refusal or why it stayed here (serving again)."""
     sealing = trio.current_time()
-    unit = attrs.evolve(_actor_unit(sealed, None), announce=announce)
+    plain = _actor_unit(sealed, None)
+    unit = attrs.evolve(plain, announce=lambda chunks: with_join(plain.announce(chunks)))
     refusal: list[RelocateAnswer] = []
     nursery = sealed.actor.node.activation_nursery
     reason = await _move(remote, moved, [unit], target, deadline, sealing, refusal, nursery)
