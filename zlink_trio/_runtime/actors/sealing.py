@@ -112,10 +112,7 @@ async def seal_actor(actor: ActorActivation, spot: Activation | None = None) -> 
         raise
     if hold.broken:
         raise shutting_down()
-    queued = ((envelope, True) for envelope in actor.mailbox.take_all() if envelope is not WAKE)
-    hold.unrun = [*actor.front, *queued]
-    actor.front.clear()
-    return SealedActor(actor, hold)
+    return _sealed(actor, hold)
 
 
 def seal_between_turns(actor: ActorActivation) -> SealedActor:
@@ -126,6 +123,12 @@ def seal_between_turns(actor: ActorActivation) -> SealedActor:
         raise ZLinkError(ErrorKind.UNAVAILABLE, f"Actor {actor.actor_id} is moving or closing")
     hold = Hold()
     actor.hold = hold
+    return _sealed(actor, hold)
+
+
+def _sealed(actor: ActorActivation, hold: Hold) -> SealedActor:
+    """The seal complete: what the lane had not run yet (the front, then the mailbox) is the
+    hold's unrun part, in order (Rule 2)."""
     queued = ((envelope, True) for envelope in actor.mailbox.take_all() if envelope is not WAKE)
     hold.unrun = [*actor.front, *queued]
     actor.front.clear()
