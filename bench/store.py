@@ -10,11 +10,17 @@ at most 1.5x ``SELECT 1``.
 A second baseline, a plain one-row ``UPDATE`` of a table of its own through the same bridge,
 shows the floor of any durable write on this server (the commit waits for the WAL flush), so a
 CAS can be judged against what a write costs at the least.
+
+A third, outside the bridge: the exact read's own statement and arguments on one asyncpg
+connection driven by plain asyncio (``asyncio.run`` in a worker thread, with the session
+settings the bridge uses), timed the same way in the same run. Issue 15 measures the exact read
+against it (target <= 1.5x) and the 1-key CAS against the plain ``UPDATE`` (target <= 1.2x).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import tempfile
@@ -22,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import asyncpg
 import trio
 from sqlalchemy import (
     BigInteger,
@@ -47,8 +54,10 @@ from zlink_trio._integration.store import (
     ScanPage,
     StoreConfig,
     Stores,
+    location_sql,
     open_stores,
 )
+from zlink_trio._integration.store.bridge import _SESSION_SETTINGS
 from zlink_trio._integration.store.statements import Statement
 
 SELECT_ONE = Statement.compile(select(literal_column("1")))
@@ -69,6 +78,7 @@ UPDATE_FLOOR = Statement.compile(
     .values(n=_FLOOR.c.n + bindparam("step"))
 )
 TARGET = 1.5
+CAS_TARGET = 1.2
 
 
 async def _measure(seconds: float, operation: Callable[[], Awaitable[object]]) -> list[float]:
@@ -81,6 +91,34 @@ async def _measure(seconds: float, operation: Callable[[], Awaitable[object]]) -
         await operation()
         samples.append(time.perf_counter() - start)
     return samples
+
+
+def _plain_asyncio(
+    dsn: str, seconds: float, statement: Statement, values: dict[str, object]
+) -> list[float]:
+    """``statement`` timed on one asyncpg connection on plain asyncio (run in a worker thread)."""
+
+    async def run() -> list[float]:
+        connection = await asyncpg.connect(dsn, server_settings=dict(_SESSION_SETTINGS))
+        args = statement.arguments(values)
+        try:
+
+            async def operation() -> object:
+                return await connection.fetch(statement.sql, *args)
+
+            for _ in range(50):  # warm the prepared statement
+                await operation()
+            samples: list[float] = []
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                start = time.perf_counter()
+                await operation()
+                samples.append(time.perf_counter() - start)
+            return samples
+        finally:
+            await connection.close()
+
+    return asyncio.run(run())
 
 
 async def _bench(stores: Stores, seconds: float) -> None:
@@ -149,6 +187,10 @@ async def _bench(stores: Stores, seconds: float) -> None:
         ("scan, next page of 100", next_page),
     ]
     results = {name: await _measure(seconds, operation) for name, operation in rows}
+    plain_read = await trio.to_thread.run_sync(
+        _plain_asyncio, stores.dsn, seconds, location_sql.READ, {"key": b"bench/one"}
+    )
+    results["exact read"] += await _measure(seconds, read)  # alternated with the plain one
     # A second baseline after the others, so drift during the run shows in the ratio.
     results["SELECT 1 (baseline)"] += await _measure(seconds, select_one)
     baseline = statistics.median(results["SELECT 1 (baseline)"])
@@ -167,7 +209,17 @@ async def _bench(stores: Stores, seconds: float) -> None:
             f"{ratio:15.2f}x{mark}"
         )
     cas = statistics.median(results["CAS batch, 1 key"])
-    print(f"CAS batch, 1 key / plain 1-row UPDATE (durable write floor): {cas / floor:.2f}x")
+    mark = "ok" if cas / floor <= CAS_TARGET else f"over the {CAS_TARGET}x target"
+    print(
+        f"CAS batch, 1 key / plain 1-row UPDATE (durable write floor): {cas / floor:.2f}x  {mark}"
+    )
+    plain = statistics.median(plain_read)
+    read_p50 = statistics.median(results["exact read"])
+    mark = "ok" if read_p50 / plain <= TARGET else f"over the {TARGET}x target"
+    print(
+        f"exact read / the same statement on plain asyncio ({plain * 1e6:.0f} µs p50):"
+        f" {read_p50 / plain:.2f}x  {mark}"
+    )
 
 
 async def main(seconds: float) -> None:

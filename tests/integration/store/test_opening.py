@@ -42,18 +42,22 @@ def _with_path(dsn: str, **changes: str) -> str:
 
 @pytest.mark.spec("STORE-10")
 def test_only_the_bridge_module_imports_asyncio() -> None:
-    """asyncio and trio_asyncio are imported by bridge.py and by no other store module."""
-    importers = set()
+    """asyncio and trio_asyncio are imported by the bridge (bridge.py and aio.py, its asyncio
+    half) and by no other store module; only bridge.py imports aio.py."""
+    importers, of_aio = set(), set()
     for path in Path(store_package.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
             if any(name.split(".")[0] in ("asyncio", "trio_asyncio") for name in names):
                 importers.add(path.name)
-    assert {"bridge.py"} == importers
+            if any(name.endswith("store.aio") for name in names):
+                of_aio.add(path.name)
+    assert {"bridge.py", "aio.py"} == importers
+    assert {"bridge.py"} == of_aio
 
 
 @pytest.mark.spec("STORE-30")

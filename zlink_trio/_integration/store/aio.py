@@ -1,0 +1,116 @@
+"""The asyncio half of the store bridge (bridge.py): the coroutines that run on its loop, each
+called from Trio through ``bridge.Database``, never directly. Only bridge.py imports this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any, TypeAlias, cast
+
+import asyncpg
+
+Row: TypeAlias = Any
+"""An ``asyncpg.Record``: index it by position or by column name."""
+
+RETRYABLE = (asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
+"""PostgreSQL rolled the statement back: run it again (bridge.py Rule 3)."""
+
+
+def usable(connection: Any) -> bool:
+    """Whether a lent pool connection is still open. One that closed (the server went away, or
+    a cancelled call terminated it) was already handed back to its pool by asyncpg, which then
+    refuses every call on it, ``is_closed`` included."""
+    try:
+        return not connection.is_closed()
+    except asyncpg.exceptions.InterfaceError:
+        return False
+
+
+async def keep_session(_connection: Any) -> None:
+    # Pool connections never change session state, so the default reset query (a round trip on
+    # every release) has nothing to undo.
+    return None
+
+
+async def lent_fetch(pool: Any, lent: list[Any], sql: str, args: tuple[Any, ...]) -> list[Row]:
+    # ``lent`` holds the connection, or gets one from the pool at once: the Trio side sees it
+    # even when this task is cancelled right after (bridge.py Rule 5).
+    if not lent:
+        lent.append(await pool.acquire())
+    connection = lent[0]
+    attempt = 0
+    while True:
+        try:
+            return cast(list[Row], await connection.fetch(sql, *args))
+        except RETRYABLE:
+            attempt += 1
+        except asyncio.CancelledError:
+            connection.terminate()
+            raise
+        # Jittered backoff so racing batches do not collide again in lockstep.
+        await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
+
+
+async def begin(pool: Any, lent: list[Any], isolation: str, readonly: bool) -> Any:
+    if not lent:
+        lent.append(await pool.acquire())
+    try:
+        transaction = lent[0].transaction(isolation=isolation, readonly=readonly)
+        await transaction.start()
+    except BaseException:
+        lent[0].terminate()
+        raise
+    return transaction
+
+
+async def session_fetch(connection: Any, sql: str, args: tuple[Any, ...]) -> list[Row]:
+    try:
+        return cast(list[Row], await connection.fetch(sql, *args))
+    except asyncio.CancelledError:
+        connection.terminate()
+        raise
+
+
+async def session_execute(connection: Any, sql: str) -> None:
+    try:
+        await connection.execute(sql)
+    except asyncio.CancelledError:
+        connection.terminate()
+        raise
+
+
+async def finish(connection: Any, transaction: Any, commit: bool) -> None:
+    try:
+        if commit:
+            await transaction.commit()
+        else:
+            await transaction.rollback()
+    except BaseException:
+        connection.terminate()
+        raise
+
+
+async def release(pool: Any, connection: Any) -> None:
+    await pool.release(connection)
+
+
+async def listen(
+    dsn: str,
+    connect_timeout: float,
+    channel: str,
+    settings: dict[str, str],
+    on_payload: Callable[[str], None],
+    on_lost: Callable[[], None],
+) -> Any:
+    connection = await asyncpg.connect(dsn, timeout=connect_timeout, server_settings=settings)
+    try:
+        connection.add_termination_listener(lambda _connection: on_lost())
+        await connection.add_listener(
+            channel, lambda _connection, _pid, _channel, payload: on_payload(payload)
+        )
+    except BaseException:
+        connection.terminate()
+        raise
+    return connection
