@@ -15,14 +15,15 @@ through the public API. Each host's config is the default but for ``transport_se
    is host-wide and a host relocates once, so every round opens a fresh host in the other host
    process, and the host that holds the Spots relocates to it (``host.relocate()``, its only
    SERVING peer that declares the types) once its transport route to it is up, and then shuts
-   down: the Spots go back and forth
-   between the two processes, one move each per round, one at a time (the runtime moves Spots
-   one by one, in id order).
+   down: the Spots go back and forth between the two processes, one move each per round. The
+   two sizes are measured one after the other, each with hosts of its own, so a 1 KiB Spot's
+   move never shares its round with the transfer of a 1 MiB one; the Spots of one size move at
+   once (``MOVES_AT_ONCE`` in host/relocation.py), each interruption counting the others.
    - inside: each completed move logs its ``MoveTimes`` on the source (host/moving.py, DEBUG):
      *interruption* is from the start of its seal (from then on what reaches it is held) until
      the target answered that it serves the unit (after the commit); the commit alone is also
      shown (seal start -> the record names the target). Every move of every round counts.
-   - outside: this process sends sequential requests in a loop to one Spot of each size the
+   - outside: this process sends sequential requests in a loop to one Spot of the size the
      whole time, each answer carrying the Spot's count (which must go up by one per answer, so
      the state moved); the figure of a round is the longest gap between consecutive answers
      that overlaps that round's ``relocate`` call (its window on this process's clock): an
@@ -479,18 +480,18 @@ def size_of(spot_id: str) -> str:
 
 
 async def measure_interruption(
-    client: zl.Host, children: tuple[Child, Child], counts: Counts
-) -> Interruption:
-    figures = Interruption()
+    client: zl.Host, children: tuple[Child, Child], counts: Counts, size: str, figures: Interruption
+) -> None:
+    """Part 1 for the Spots of one size, into ``figures``."""
+    prefix = "small" if size == "1 KiB" else "large"
     here = 0
     rid = (await children[here].ask("open"))["rid"]
-    crcs: dict[str, int] = {}
-    for prefix, size in (("small", SIZES["1 KiB"]), ("large", SIZES["1 MiB"])):
-        filled = await children[here].ask("fill", rid, "user", prefix, counts.per_size, size)
-        crcs.update(filled["crcs"])
-    figures.probers = [Prober("small-0000"), Prober("large-0000")]
+    filled = await children[here].ask("fill", rid, "user", prefix, counts.per_size, SIZES[size])
+    crcs: dict[str, int] = filled["crcs"]
+    probers = [Prober(f"{prefix}-0000")]
+    figures.probers += probers
     async with trio.open_nursery() as nursery:
-        for prober in figures.probers:
+        for prober in probers:
             nursery.start_soon(prober.run, client)
         for _ in range(counts.rounds):
             there = 1 - here
@@ -505,11 +506,11 @@ async def measure_interruption(
             answer = await children[here].ask("relocate", rid, 30.0)
             end = time.perf_counter()
             if not answer["ok"]:
-                raise BenchError(f"a relocation of {2 * counts.per_size} Spots: {answer['result']}")
+                raise BenchError(f"a relocation of {counts.per_size} Spots: {answer['result']}")
             figures.took.append(answer["took"])
             for move in (MoveTimes(*fields) for fields in answer["moves"]):
                 figures.moves.setdefault(size_of(move.spot_id), []).append(move)
-            for prober in figures.probers:
+            for prober in probers:
                 gap = prober.longest_gap(start, end)
                 figures.outside.setdefault(size_of(prober.spot_id), []).append(gap)
             await children[here].ask("close", rid)
@@ -519,7 +520,6 @@ async def measure_interruption(
         check = await client.route.request_to_spot(spot_id, Check(), reply_type=Filled).submit()
         figures.crcs_kept = figures.crcs_kept and check.crc == crc
     await children[here].ask("close", rid)
-    return figures
 
 
 # --- part 2: the baseline ----------------------------------------------------------------------
@@ -680,7 +680,7 @@ def report(
 ) -> None:
     print(
         f"\n1. service interruption of one unit ({counts.rounds} relocations, "
-        f"{counts.per_size} Spots of each size each; ms)"
+        f"{counts.per_size} Spots of the size each, one size at a time; ms)"
     )
     print(f"  {'':44} {'n':>5} {'p50':>8} {'p99':>8} {'max':>8}")
     for size in SIZES:
@@ -803,7 +803,9 @@ async def run(args: argparse.Namespace, dsn: str, profile_dir: Path | None) -> N
         )
         try:
             started = time.perf_counter()
-            parts = await measure_interruption(client, children, counts)
+            parts = Interruption()
+            for size in SIZES:  # one size at a time: a unit's move beside its own kind only
+                await measure_interruption(client, children, counts, size, parts)
             print(f"part 1 measured in {time.perf_counter() - started:.1f} s")
             started = time.perf_counter()
             host = await measure_host(client, (children[1], children[0]), counts, profile_dir)

@@ -829,13 +829,15 @@ async def test_a_sender_that_learns_the_new_owner_early_keeps_its_order(store_ds
         assert remote is not None
         request = remote.request
 
-        async def request_then(owner: Any, spot_id: Any, message: Any, *args: Any) -> Any:
+        async def request_then(
+            owner: Any, spot_id: Any, message: Any, *args: Any, **named: Any
+        ) -> Any:
             if type(message).__name__ == "RelocateIn":
                 # Sealed and captured: m1 from T arrives now and waits in the seal's hold.
                 await target.route.send_to_spot("u-keep", Note("t", 1)).submit()
                 with trio.fail_after(10):
                     await admitted.wait()
-            answer = await request(owner, spot_id, message, *args)
+            answer = await request(owner, spot_id, message, *args, **named)
             if type(message).__name__ == "RelocateCommit":
                 # T owns the Spot now: its next call goes there directly, before S relays m1.
                 # RELOC-70 would hold it until the relay; forgotten here, so that RELOC-60

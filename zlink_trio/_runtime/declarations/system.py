@@ -75,6 +75,9 @@ class RelocateIn:
     later_joins: tuple[tuple[bytes, str], ...] = ()
     """Joins the same turn deferred after ``join`` (id, Spot id): they do not run; each ends
     ``FAILED`` on the target after the join's own completion."""
+    payload: bytes | None = None
+    """The whole adapter payload, when it is one chunk and fits in this message with the rest
+    (``chunks`` is then 1 and no ``RelocateChunk`` follows): one round trip less (RELOC-71)."""
 
 
 @attrs.frozen

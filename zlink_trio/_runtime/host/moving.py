@@ -256,13 +256,17 @@ async def _move(
     limit = node.config.relocation_payload_chunk_limit_bytes
 
     async def ask(
-        about: SpotId | ActorId, message: object, submitted: Callable[[], object] | None = None
+        about: SpotId | ActorId,
+        message: object,
+        submitted: Callable[[], object] | None = None,
+        encoded: tuple[StableTypeName, bytes] | None = None,
     ) -> RelocateAnswer:
         left = deadline - trio.current_time()
         if left <= 0:
             raise trio.TooSlowError
+        at = node.clock.now() + left
         answer = await remote.request(
-            owner, about, message, RelocateAnswer, {}, None, node.clock.now() + left, submitted
+            owner, about, message, RelocateAnswer, {}, None, at, submitted, encoded=encoded
         )
         assert isinstance(answer, RelocateAnswer)  # remote.request checked the reply's class
         return answer
@@ -300,8 +304,12 @@ async def _move(
         answer = RelocateAnswer(True)
         for unit, payload in zip(units, payloads, strict=True):
             chunks = [] if payload is None else payload_chunks(payload, limit)
-            answer = await ask(unit.target, unit.announce(len(chunks)))
-            if answer.ok and chunks:
+            announce = unit.announce(len(chunks))
+            inline = None
+            if len(chunks) == 1:  # the payload inside the announcement, if it fits (RELOC-71)
+                inline = remote.limits.fits(attrs.evolve(announce, payload=chunks[0]), target.rid)
+            answer = await ask(unit.target, announce, encoded=inline)
+            if answer.ok and chunks and inline is None:
                 answer = await send_chunks(unit.target, chunks)
             if not answer.ok:
                 break

@@ -260,6 +260,8 @@ class Arrivals:
         adapter = declared.relocation.adapter
         if (adapter is None) != (message.chunks == 0):
             return RelocateAnswer(False, f"{declared.name}'s payload does not match its policy")
+        if message.payload is not None and message.chunks != 1:
+            raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "a payload inside RelocateIn is 1 chunk")
         # Until the commit the claim is the source's record as the source holds it; the commit
         # gives the version that names this host (Rule 3).
         record = SpotRecord(
@@ -288,6 +290,9 @@ class Arrivals:
             arriving.joined = asked
         if assembly is None:
             return await self._restore(target, arriving, None)
+        if message.payload is not None:  # all of it came inside (RELOC-71)
+            assembly.add(0, 1, message.payload)
+            return await self._restore(target, arriving, assembly.payload)
         return RelocateAnswer(True)
 
     async def _restore(

@@ -53,6 +53,13 @@ class PeerLimits:
         self.check(rid, name, payload)
         return name, payload
 
+    def fits(self, message: object, rid: NodeRid) -> tuple[StableTypeName, bytes] | None:
+        """``message``'s encoding if it is within this host's limit and ``rid``'s, else None."""
+        try:
+            return self.encode(message, rid)
+        except ZLinkError:
+            return None
+
     def check(self, rid: NodeRid, name: StableTypeName, payload: bytes) -> None:
         """``PROTOCOL_ERROR`` naming both limits when ``payload``, already within this host's
         limit, is over ``rid``'s (Rule 1)."""
