@@ -217,6 +217,7 @@ class HostProcess:
         self.moves = moves
         self.hosts: dict[str, zl.Host] = {}
         self.stops: dict[str, trio.Event] = {}
+        self.closed: dict[str, trio.Event] = {}
         self.profiler: cProfile.Profile | None = None
 
     async def _run_host(self, *, task_status: trio.TaskStatus[zl.Host]) -> None:
@@ -224,10 +225,12 @@ class HostProcess:
             rid, stop = host.node_rid.value, trio.Event()
             self.hosts[rid] = host
             self.stops[rid] = stop
+            closed = self.closed[rid] = trio.Event()
             task_status.started(host)
             await stop.wait()
             await host.shutdown()
         del self.hosts[rid]
+        closed.set()
 
     async def command(self, nursery: trio.Nursery, words: list[str]) -> dict[str, Any]:
         verb = words[0]
@@ -262,8 +265,9 @@ class HostProcess:
             offset = time.perf_counter() - trio.current_time()
             answer = {"result": outcome, "ok": result.relocated, "took": took, "moves": moves}
             return {**answer, "offset": offset}
-        if verb == "close":
+        if verb == "close":  # answered once the host is closed, so it is not in the next round
             self.stops[words[1]].set()
+            await self.closed.pop(words[1]).wait()
             return {}
         raise ValueError(f"unknown command {words!r}")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias, cast
 
 import asyncpg
@@ -26,6 +26,20 @@ def usable(connection: Any) -> bool:
         return not connection.is_closed()
     except asyncpg.exceptions.InterfaceError:
         return False
+
+
+def preparing(statements: Sequence[str]) -> Callable[[Any], Awaitable[None]]:
+    """The pool's ``init`` for a new connection: prepare each of ``statements`` (bridge.py Rule
+    6); on a database whose schema is not made yet the rest is skipped."""
+
+    async def init(connection: Any) -> None:
+        for sql in statements:
+            try:
+                await connection.prepare(sql)
+            except asyncpg.exceptions.SyntaxOrAccessError:  # no such table or sequence yet
+                return
+
+    return init
 
 
 async def keep_session(_connection: Any) -> None:

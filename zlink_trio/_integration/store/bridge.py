@@ -20,6 +20,11 @@ idle list), so a call crosses the bridge once, not also for the pool's acquire a
 pool's size admits the calls, so the pool always has a connection for one that finds the list
 empty. A connection goes back to the pool when a call on it failed (the pool replaces a closed
 one, Rule 4), when it is found closed, and when the store closes.
+Rule 6: a connection prepares the store's hot statements when the pool opens it, so that the
+driver's one-time work per connection (reading the array types' definitions from the server:
+~10 ms for the conditional batch, measured) is not paid inside the first call that uses it.
+Before the schema exists they are skipped. (A call that has to open a connection still waits
+for all of it: ~20-45 ms measured in bench/relocation.py, where fresh hosts commit moves.)
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias, cast
 
@@ -327,8 +332,10 @@ async def open_database(
     operation_timeout: float,
     startup_timeout: float,
     durable_commits: bool = True,
+    prepared: Sequence[Statement] = (),
 ) -> AsyncIterator[Database]:
-    """Open the trio-asyncio loop and the asyncpg pool; close both on exit.
+    """Open the trio-asyncio loop and the asyncpg pool; close both on exit. Each connection the
+    pool opens prepares ``prepared`` first (Rule 6).
 
     ``ConfigurationError`` when the server rejects the DSN (unknown database, user or password,
     bad option); ``ZLinkError(UNAVAILABLE)`` when no server answers within ``startup_timeout``.
@@ -338,9 +345,10 @@ async def open_database(
         settings = dict(_SESSION_SETTINGS)
         if not durable_commits:  # commits do not wait for the disk (STORE-42)
             settings["synchronous_commit"] = "off"
-        pool = await _create_pool(
-            loop, dsn, min_size, max_size, operation_timeout, startup_timeout, where, settings
-        )
+        init = aio.preparing([statement.sql for statement in prepared])
+        sizes = (min_size, max_size)
+        timeouts = (operation_timeout, startup_timeout)
+        pool = await _create_pool(loop, dsn, sizes, timeouts, where, settings, init)
         database = Database(loop, pool, dsn, operation_timeout, max(max_size, 1))
         try:
             yield database
@@ -356,13 +364,13 @@ async def open_database(
 async def _create_pool(
     loop: Any,
     dsn: str,
-    min_size: int,
-    max_size: int,
-    operation_timeout: float,
-    startup_timeout: float,
+    sizes: tuple[int, int],
+    timeouts: tuple[float, float],
     where: str,
     settings: dict[str, str],
+    init: Callable[[Any], Awaitable[None]],
 ) -> Any:
+    (min_size, max_size), (operation_timeout, startup_timeout) = sizes, timeouts
     with trio.move_on_after(startup_timeout):
         try:
             return await _run_on(
@@ -374,6 +382,7 @@ async def _create_pool(
                     max_size=max_size,
                     timeout=operation_timeout,
                     reset=aio.keep_session,
+                    init=init,
                     server_settings=settings,
                 ),
             )

@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from zlink_trio._exception_groups import sole_error
+from zlink_trio._integration.store import location_sql
 from zlink_trio._integration.store.bridge import Database, open_database
 from zlink_trio._integration.store.config import StoreConfig, chosen_dsn, default_data_dir
 from zlink_trio._integration.store.embedded import EmbeddedPostgres
@@ -81,6 +82,7 @@ async def _open(
             operation_timeout=config.operation_timeout,
             startup_timeout=config.startup_timeout,
             durable_commits=config.durable_commits,
+            prepared=(location_sql.WRITE, location_sql.READ, location_sql.NOW),
         ) as database:
             await ensure_schema(database)
             async with trio.open_nursery() as nursery:
