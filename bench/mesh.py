@@ -54,6 +54,7 @@ from typing import Any
 import attrs
 import trio
 import zmq
+from ratios import report
 
 import zlink_trio as zl
 from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
@@ -422,7 +423,9 @@ def verdict(met: bool) -> str:
     return "met" if met else "missed"
 
 
-def report(base: Figures, ours: Figures, delivered: int, counts: Counts) -> None:
+def print_report(
+    security: str, base: Figures, ours: Figures, delivered: int, counts: Counts
+) -> None:
     print(f"\n{'':34} {'p50 us':>8} {'p99 us':>8} {'req/s 64 out':>13} {'one-way/s':>10}")
     for name, figures in (("minimal pyzmq+Trio loop (baseline)", base), ("ours (two hosts)", ours)):
         print(
@@ -435,6 +438,10 @@ def report(base: Figures, ours: Figures, delivered: int, counts: Counts) -> None
     throughput = ours.concurrent_rate / base.concurrent_rate
     one_way = ours.one_way_rate / base.one_way_rate
     print("\nratios, ours / minimal loop, and targets:")
+    report(f"{security} request p50 / minimal loop", p50, "lower")
+    report(f"{security} request p99 / minimal loop", p99, "lower")
+    report(f"{security} 64 outstanding / minimal loop", throughput, "higher")
+    report(f"{security} one-way / minimal loop", one_way, "higher")
     print(f"  request p50            {p50:6.2f}x  (target <= 1.5x): {verdict(p50 <= 1.5)}")
     print(f"  request p99            {p99:6.2f}x  (target <= 2x): {verdict(p99 <= 2.0)}")
     rate = ours.concurrent_rate
@@ -522,7 +529,7 @@ async def run(args: argparse.Namespace, dsn: str, profile_dir: Path | None) -> s
             print_profile("server host (child process)", profile_dir / "server.prof")
     for security, ours, delivered in results:
         print(f"\n== transport_security={security!r}")
-        report(base, ours, delivered, counts)
+        print_report(security, base, ours, delivered, counts)
     if len(results) == 2:
         (_, curve, _), (_, plain, _) = results
         print("\nthe cost of encryption (specs/security.md SEC-8), CURVE / plain, same run:")

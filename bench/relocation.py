@@ -74,6 +74,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 import zmq
+from ratios import report as report_figure
 
 import zlink_trio as zl
 from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
@@ -690,6 +691,10 @@ def report(
     for size in SIZES:
         moves = parts.moves.get(size, [])
         inside = [m.opened - m.sealing for m in moves]
+        if moves:
+            committed = [m.committed - m.sealing for m in moves]
+            p50 = percentile(committed, 0.5) * 1e3
+            report_figure(f"{size} seal -> commit done p50, ms", p50, "lower")
         rows = (
             ("inside: seal start -> target serves it", inside),
             ("inside: seal start -> commit done", [m.committed - m.sealing for m in moves]),
@@ -736,6 +741,7 @@ def report(
     print(f"   {UNIT_STATE}-byte adapter payload), {counts.traffic} client task(s) sending")
     print(f"  result: {host.result}; {host.moves} moves")
     scaled = "" if host.units == 1000 else ", scaled to 1,000 units"
+    report_figure("host relocation, ms a unit", host.took / max(host.units, 1) * 1e3, "lower")
     print(
         f"  host.relocate() took {host.took:.2f} s, {host.took / max(host.units, 1) * 1e3:.2f} ms"
         f" a unit (target for 1,000: <= 5 s{scaled}):"

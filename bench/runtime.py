@@ -39,6 +39,7 @@ from pathlib import Path
 import attrs
 import trio
 import trio.testing
+from ratios import report
 
 import zlink_trio as zl
 from zlink_trio._integration.store import DSN_VARIABLE
@@ -207,6 +208,7 @@ async def activations(host: zl.Host, count: int, budget: float) -> int:
     rss_per = (rss_kib() - rss_before) * 1024 / made
     rate = made / elapsed
     print(f"  created {made} idle activations in {elapsed:.1f} s ({rate:.0f}/s, 32 at a time)")
+    report("creations per second", rate, "higher")
     print(f"  RSS delta per activation               {rss_per:8.0f} B ({rss_per / 1024:.2f} KiB)")
 
     # 2. tracemalloc on a smaller batch: the Python heap that stays allocated per activation.
@@ -227,6 +229,7 @@ async def activations(host: zl.Host, count: int, budget: float) -> int:
     print(f"  tracemalloc heap per activation ({traced}) {per:8.0f} B ({per / 1024:.2f} KiB)")
     print(f"  of it the application's Spot object    {own:8d} B (instance + __dict__)")
     rest = per - own
+    report("heap per idle activation, KiB", per / 1024, "lower")
     print(f"  runtime overhead per activation        {rest:8.0f} B ({rest / 1024:.2f} KiB)")
     print("  largest growth by file, per activation:")
     for stat in top[:6]:
@@ -264,6 +267,7 @@ async def main(args: argparse.Namespace) -> None:
             print(
                 f"  ratio p50 {spot[0] / bare[0]:.2f}x (target <= 2x), p99 {spot[1] / bare[1]:.2f}x"
             )
+            report("request p50 / bare Trio", spot[0] / bare[0], "lower")
 
             print(f"\none-way, {args.sends} messages from one task")
             bare_rate = await bare_one_way(args.sends)
@@ -272,6 +276,7 @@ async def main(args: argparse.Namespace) -> None:
             name = "Spot send_to_spot().submit()"
             print(f"  {name:<34} {spot_rate:10.0f} msg/s  (target >= 100000)")
             print(f"  ratio {bare_rate / spot_rate:.1f}x slower than the bare channel")
+            report("one-way / bare Trio", spot_rate / bare_rate, "higher")
 
             print("\nidle activations (target <= 2 KiB each)")
             spots = await activations(host, args.activations, args.budget)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import trio
 import trio.testing
+from ratios import report
 
 import zlink_trio as zl
 from zlink_trio._integration.store import (
@@ -158,6 +159,7 @@ async def main(args: argparse.Namespace) -> None:
                 await host.shutdown()
                 took = time.perf_counter() - started
             print(f"  host.shutdown() of {args.spots} Spots: {took:.2f} s ({collections})")
+            report("shutdown / baseline", took / (tasks + deletes), "lower")
             print(
                 f"  ratio {took / (tasks + deletes):.2f}x the baseline "
                 f"({tasks + deletes:.2f} s); target: under 2 s"

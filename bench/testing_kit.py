@@ -28,6 +28,7 @@ import trio
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule, run_state_machine_as_test
+from ratios import report
 
 import zlink_trio as zl
 from zlink_trio.testing import HostStateMachine, open_test_host, open_test_stores, shared_store
@@ -191,12 +192,15 @@ def main(args: argparse.Namespace) -> None:
     with shared_store() as dsn:
         starts, closes = trio.run(_starts, dsn, args.rounds, True)
         print(f"host start, shared pool: {_quantiles(starts)}  (target ≤ 20 ms)")
+        report("host start p50, ms", sorted(starts)[len(starts) // 2] * 1e3, "lower")
+        report("host close p50, ms", sorted(closes)[len(closes) // 2] * 1e3, "lower")
         print(f"host close, shared pool: {_quantiles(closes)}  (target ≤ 10 ms)")
         own_starts, own_closes = trio.run(_starts, dsn, max(5, args.rounds // 4), False)
         print(f"host start, own pool:    {_quantiles(own_starts)}")
         print(f"host close, own pool:    {_quantiles(own_closes)}")
         examples = trio.run(_examples, dsn, args.rounds)
         print(f"example of {STEPS} steps with its host: {_quantiles(examples)}  (target ≤ 50 ms)")
+        report("example p50, ms", sorted(examples)[len(examples) // 2] * 1e3, "lower")
         bare: list[float] = []
         for _ in range(args.rounds):
             began = time.perf_counter()

@@ -28,6 +28,7 @@ from importlib.metadata import version
 
 import attrs
 import cbor2
+from ratios import report
 
 from zlink_trio._wire import MessageTypes, OperationId, ReplyRouteId, Request, decode, encode
 from zlink_trio.ids import SpotId
@@ -151,6 +152,7 @@ def main() -> int:
         print(f"  {name:<15} {median:7.2f} µs per encode+decode (median)")
     ratio = medians["wire"] / medians["cbor2 dict"]
     print(f"ratio wire / cbor2 dict         {ratio:5.2f}  (target <= 1.5)")
+    report("wire / cbor2 dict", ratio, "lower")
     print(
         f"ratio wire / cbor2 list         {medians['wire'] / medians['cbor2 list']:5.2f}  (floor)"
     )

@@ -1,0 +1,29 @@
+"""What bench/check.py compares: each bench reports its headline figures here as it prints
+them. Outside ``bench/check.py`` (the variable unset) ``report`` does nothing.
+
+A figure is a ratio against the baseline the bench measures in the same run wherever the bench
+has one (so machine noise moves both sides), else an absolute figure of the bench's own (memory
+per activation, creations per second, milliseconds of a relocation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Literal
+
+VARIABLE = "ZLINK_BENCH_RATIOS"
+"""The file (JSON lines) bench/check.py reads after the bench ends."""
+
+
+def report(name: str, value: float, better: Literal["lower", "higher"]) -> None:
+    """Record ``value`` under ``name`` for bench/check.py, when it runs this bench."""
+    path = os.environ.get(VARIABLE)
+    if not path:
+        return
+    bench = Path(sys.argv[0]).stem
+    line = {"bench": bench, "name": name, "value": float(value), "better": better}
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
