@@ -22,7 +22,7 @@ from zlink_trio._integration.store import (
     open_stores,
 )
 from zlink_trio._runtime.ownership.authority import SpotRecord
-from zlink_trio._runtime.ownership.releases import ReleaseBatcher
+from zlink_trio._runtime.ownership.batches import RecordBatcher
 
 app = zl.Application()
 seen_in_closing: list[object] = []
@@ -212,7 +212,7 @@ async def test_a_release_batch_with_a_record_not_ours_releases_the_others(store_
             written = await store.write(Batch([IfMissing(key)], [Put(key, b"x")]))
             assert isinstance(written, Applied)
             versions.append(written.versions[0])
-        batcher = ReleaseBatcher(store)
+        batcher = RecordBatcher(store)
         results: dict[str, bool] = {}
 
         async def release(key: str, version: int) -> None:
@@ -230,3 +230,66 @@ async def test_a_release_batch_with_a_record_not_ours_releases_the_others(store_
         assert isinstance(await store.read(keys[0]), Missing)
         assert isinstance(await store.read(keys[1]), Found)
         assert isinstance(await store.read(keys[2]), Missing)
+
+
+@pytest.mark.spec("SPOT-94", "SHUT-4.15")
+async def test_ready_marks_and_releases_queued_together_go_in_one_batch(store_dsn: str) -> None:
+    """Two Ready marks (puts) and a release queued together are written in one batch, each on
+    its version; a put whose record moved on is then written alone: it hears None, the others
+    their new versions (or True), and the store holds exactly what each of them wrote."""
+    base = f"t/batch-{uuid.uuid4().hex[:8]}/"
+    keys = [f"{base}{name}" for name in ("a", "b", "c", "d")]
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+        store = stores.location
+        versions = []
+        for key in keys:
+            written = await store.write(Batch([IfMissing(key)], [Put(key, b"claimed")]))
+            assert isinstance(written, Applied)
+            versions.append(written.versions[0])
+        batcher = RecordBatcher(store)
+        puts: dict[str, int | None] = {}
+        released: dict[str, bool] = {}
+
+        async def put(key: str, version: int) -> None:
+            puts[key] = await batcher.put(key, version, b"ready")
+
+        async def release(key: str, version: int) -> None:
+            released[key] = await batcher.release(key, version)
+
+        async def queue_all(stale: str | None) -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(batcher.run)
+                async with trio.open_nursery() as changes:
+                    for key, version in zip(keys[:3], versions[:3], strict=True):
+                        changes.start_soon(put, key, version + 1 if key == stale else version)
+                    changes.start_soon(release, keys[3], versions[3])
+                batcher.close()
+
+        await queue_all(stale=None)
+        assert 1 == batcher.batches
+        assert {keys[3]: True} == released
+        for key in keys[:3]:
+            found = await store.read(key)
+            assert isinstance(found, Found)
+            assert (b"ready", found.version) == (found.value, puts[key])
+        assert isinstance(await store.read(keys[3]), Missing)
+
+        # Again on the new versions, one of them stale: settled record by record.
+        versions = [puts[key] for key in keys[:3]] + [0]
+        written = await store.write(Batch([IfMissing(keys[3])], [Put(keys[3], b"claimed")]))
+        assert isinstance(written, Applied)
+        versions[3] = written.versions[0]
+        batcher = RecordBatcher(store)
+        puts.clear()
+        released.clear()
+        await queue_all(stale=keys[1])
+        assert puts[keys[1]] is None
+        assert {keys[3]: True} == released
+        kept = await store.read(keys[1])
+        assert isinstance(kept, Found)
+        assert (b"ready", versions[1]) == (kept.value, kept.version)  # untouched
+        for key in (keys[0], keys[2]):
+            found = await store.read(key)
+            assert isinstance(found, Found)
+            assert found.version == puts[key]
+            assert found.version != versions[keys.index(key)]

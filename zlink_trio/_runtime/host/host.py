@@ -255,7 +255,7 @@ async def open_host_on(
                 fence,
                 clock,
             )
-            await nursery.start(tree.run_releases, node.authority.releases)
+            await nursery.start(tree.run_batches, node.authority.batches)
             spots = SpotCatalog[Activation](node)
             actors = ActorCatalog[ActorActivation](spots)
             messaging = Messaging(spots, actors)

@@ -21,9 +21,9 @@ from zlink_trio._runtime.engines.heap import collector_paused
 from zlink_trio._runtime.host.relocation import Relocator
 from zlink_trio._runtime.host.status import StatusBoard
 from zlink_trio._runtime.node.node import LocalNode
+from zlink_trio._runtime.ownership.batches import RecordBatcher
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import DRAINING
-from zlink_trio._runtime.ownership.releases import ReleaseBatcher
 from zlink_trio._runtime.routing.inbound import Inbound
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
@@ -59,8 +59,8 @@ class TaskTree:
         self.actors: ActorCatalog[ActorActivation] | None = None
         self._started = False
         self.finished = trio.Event()
-        self._releases: ReleaseBatcher | None = None
-        self._releases_ended = trio.Event()
+        self._batches: RecordBatcher | None = None
+        self._batches_ended = trio.Event()
         self.board = StatusBoard()
         """The host's status and its observers (status.py)."""
         self.relocator: Relocator | None = None
@@ -85,18 +85,19 @@ class TaskTree:
         finally:
             self._store_closed.set()
 
-    async def run_releases(
+    async def run_batches(
         self,
-        releases: ReleaseBatcher,
+        batches: RecordBatcher,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """The flusher of record releases (ownership/releases.py); ends once closed and empty."""
-        self._releases = releases
+        """The flusher of record releases and Ready marks (ownership/batches.py); ends once
+        closed and empty."""
+        self._batches = batches
         try:
-            await releases.run(task_status=task_status)
+            await batches.run(task_status=task_status)
         finally:
-            self._releases_ended.set()
+            self._batches_ended.set()
 
     async def run_activations(
         self, *, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED
@@ -220,9 +221,9 @@ class TaskTree:
             self._close_activations.set()
             await self._activations_closed.wait()
             # Every activation has released its record through the batcher: let it finish.
-            if self._releases is not None:
-                self._releases.close()
-                await self._releases_ended.wait()
+            if self._batches is not None:
+                self._batches.close()
+                await self._batches_ended.wait()
             # Peers are served no more: inbound work ends, the transport closes.
             self._remote_scope.cancel()
             self._close_transport.set()
@@ -237,8 +238,8 @@ class TaskTree:
         finally:
             # Even when the host nursery is being cancelled (a part crashed), the store still
             # closes and the result is published, so no waiter of shutdown() is left behind.
-            if self._releases is not None:
-                self._releases.close()
+            if self._batches is not None:
+                self._batches.close()
             self._remote_scope.cancel()
             self._close_transport.set()
             self._membership_scope.cancel()

@@ -66,9 +66,9 @@ from zlink_trio._integration.store import (
     Missing,
     Put,
 )
+from zlink_trio._runtime.ownership.batches import RecordBatcher
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.ownership.records import GenerationCounter, SpotRecord
-from zlink_trio._runtime.ownership.releases import ReleaseBatcher
 from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import (
     ActorId,
@@ -141,7 +141,7 @@ class SpotAuthority:
         self._mesh = mesh
         self.check_liveness = False
         """Take over records of owners that are not live; on once membership runs (Rule 5)."""
-        self.releases = ReleaseBatcher(store)
+        self.batches = RecordBatcher(store)
         """Releases in conditional batches; its flusher runs in the host's task tree."""
         self._counters: OrderedDict[str, Found] = OrderedDict()
         """The generation counters this node wrote last, newest last (Rule 1's first guess)."""
@@ -254,12 +254,14 @@ class SpotAuthority:
         """Record that the claimed incarnation is Ready; ``None`` never: a lost record raises."""
         ready = attrs.evolve(claim.record, state=READY)
         key = self._record_key(claim.spot_id)
-        written = await self._store.write(
-            Batch([IfVersion(key, claim.version)], [Put(key, ready.encode())])
-        )
-        if not isinstance(written, Applied):
+        # Coalesced with the Ready marks of other new incarnations into one batch (batches.py).
+        # Awaited to its end even when the caller is cancelled (the store's timeout bounds it):
+        # a queued mark written after its caller gave up would race the caller's release.
+        with trio.CancelScope(shield=True):
+            version = await self.batches.put(key, claim.version, ready.encode())
+        if version is None:
             raise LookupError(f"the authority record of {claim.spot_id} changed under its owner")
-        return Claim(claim.spot_id, ready, written.versions[0])
+        return Claim(claim.spot_id, ready, version)
 
     async def hand_over(
         self, claims: list[Claim], owner: NodeRid, owner_generation: NodeGeneration
@@ -323,8 +325,8 @@ class SpotAuthority:
     async def release(self, claim: Claim) -> bool:
         """Delete the record this node wrote; ``False`` when it was no longer ours (Rule 3)."""
         key = self._record_key(claim.spot_id)
-        # Coalesced with the releases of other incarnations into one batch (releases.py).
-        if not await self.releases.release(key, claim.version):
+        # Coalesced with the releases of other incarnations into one batch (batches.py).
+        if not await self.batches.release(key, claim.version):
             _log.warning("authority record of %s was not ours any more", claim.spot_id)
             return False
         return True
@@ -363,9 +365,9 @@ class SpotAuthority:
                         doomed.append((record.key, record.version))
                 for key, version in doomed:
                     # Each on the version read, so a claim racing it decides by the same
-                    # version; a record changed meanwhile keeps none of the others (releases.py
+                    # version; a record changed meanwhile keeps none of the others (batches.py
                     # settles a conflicting batch record by record).
-                    removed += await self.releases.release(key, version)
+                    removed += await self.batches.release(key, version)
                 if page.cursor is None:
                     break
                 cursor = page.cursor
