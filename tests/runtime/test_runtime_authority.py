@@ -14,8 +14,10 @@ import zlink_trio as zl
 from zlink_trio._integration.store import (
     Applied,
     Batch,
+    Conflict,
     Found,
     IfMissing,
+    LocationStore,
     Missing,
     Put,
     StoreConfig,
@@ -218,13 +220,14 @@ async def test_a_release_batch_with_a_record_not_ours_releases_the_others(store_
         async def release(key: str, version: int) -> None:
             results[key] = await batcher.release(key, version)
 
-        async with trio.open_nursery() as nursery:
-            await nursery.start(batcher.run)
-            async with trio.open_nursery() as releases:
-                for key, version in zip(keys, versions, strict=True):
-                    stale = version + 1 if key.endswith("b") else version
-                    releases.start_soon(release, key, stale)
-            batcher.close()
+        with trio.fail_after(10):  # a release never answered fails, not hangs
+            async with trio.open_nursery() as nursery:
+                await nursery.start(batcher.run)
+                async with trio.open_nursery() as releases:
+                    for key, version in zip(keys, versions, strict=True):
+                        stale = version + 1 if key.endswith("b") else version
+                        releases.start_soon(release, key, stale)
+                batcher.close()
         assert {keys[0]: True, keys[1]: False, keys[2]: True} == results
         assert 1 == batcher.batches  # all three went in one batch first
         assert isinstance(await store.read(keys[0]), Missing)
@@ -257,6 +260,10 @@ async def test_ready_marks_and_releases_queued_together_go_in_one_batch(store_ds
             released[key] = await batcher.release(key, version)
 
         async def queue_all(stale: str | None) -> None:
+            with trio.fail_after(10):  # a change never answered fails, not hangs
+                await queue(stale)
+
+        async def queue(stale: str | None) -> None:
             async with trio.open_nursery() as nursery:
                 await nursery.start(batcher.run)
                 async with trio.open_nursery() as changes:
@@ -275,7 +282,7 @@ async def test_ready_marks_and_releases_queued_together_go_in_one_batch(store_ds
         assert isinstance(await store.read(keys[3]), Missing)
 
         # Again on the new versions, one of them stale: settled record by record.
-        versions = [puts[key] for key in keys[:3]] + [0]
+        versions = [puts[key] or 0 for key in keys[:3]] + [0]
         written = await store.write(Batch([IfMissing(keys[3])], [Put(keys[3], b"claimed")]))
         assert isinstance(written, Applied)
         versions[3] = written.versions[0]
@@ -293,3 +300,122 @@ async def test_ready_marks_and_releases_queued_together_go_in_one_batch(store_ds
             assert isinstance(found, Found)
             assert found.version == puts[key]
             assert found.version != versions[keys.index(key)]
+
+
+@pytest.mark.spec("SPOT-94")
+async def test_claims_written_together_each_get_their_own_versions_or_conflict(
+    store_dsn: str,
+) -> None:
+    """Three claim-shaped changes (a record and its counter, each IfMissing) queued together
+    commit in one batch and each gets the versions of its own two puts, in order. When one of
+    them finds its record taken, each is written alone: the others commit, and that one gets
+    a Conflict carrying the records at its own keys."""
+    base = f"t/claims-{uuid.uuid4().hex[:8]}/"
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+        store = stores.location
+
+        async def claim_all(batcher: RecordBatcher, names: list[str]) -> dict[str, object]:
+            results: dict[str, object] = {}
+
+            async def claim(name: str) -> None:
+                record, counter = f"{base}{name}/record", f"{base}{name}/counter"
+                results[name] = await batcher.write(
+                    Batch(
+                        [IfMissing(record), IfMissing(counter)],
+                        [Put(record, name.encode()), Put(counter, b"1")],
+                    )
+                )
+
+            with trio.fail_after(10):  # a claim never answered fails, not hangs
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(batcher.run)
+                    async with trio.open_nursery() as claims:
+                        for name in names:
+                            claims.start_soon(claim, name)
+                    batcher.close()
+            return results
+
+        batcher = RecordBatcher(store)
+        results = await claim_all(batcher, ["a", "b", "c"])
+        assert 1 == batcher.batches
+        for name in "abc":
+            written = results[name]
+            assert isinstance(written, Applied)
+            record = await store.read(f"{base}{name}/record")
+            counter = await store.read(f"{base}{name}/counter")
+            assert isinstance(record, Found)
+            assert isinstance(counter, Found)
+            assert (record.version, counter.version) == written.versions
+            assert name.encode() == record.value
+
+        taken_key = f"{base}e/record"
+        taken = await store.write(Batch([IfMissing(taken_key)], [Put(taken_key, b"x")]))
+        assert isinstance(taken, Applied)
+        batcher = RecordBatcher(store)
+        results = await claim_all(batcher, ["d", "e", "f"])
+        lost = results["e"]
+        assert isinstance(lost, Conflict)
+        assert IfMissing(f"{base}e/record") == lost.condition
+        [held, counted] = lost.current
+        assert isinstance(held, Found)
+        assert b"x" == held.value
+        assert isinstance(counted, Missing)
+        for name in "df":
+            assert isinstance(results[name], Applied)
+            assert isinstance(await store.read(f"{base}{name}/record"), Found)
+
+
+class _GatedStore:
+    """The Location Store with its first write held until ``gate`` is set (what the test must
+    control: a batch in flight)."""
+
+    def __init__(self, store: LocationStore) -> None:
+        self.store = store
+        self.gate = trio.Event()
+        self.writes: list[Batch] = []
+
+    async def write(self, batch: Batch) -> Applied | Conflict:
+        self.writes.append(batch)
+        if len(self.writes) == 1:
+            await self.gate.wait()
+        return await self.store.write(batch)
+
+
+@pytest.mark.spec("SPOT-94")
+async def test_a_change_whose_caller_went_away_before_its_batch_is_never_written(
+    store_dsn: str,
+) -> None:
+    """A Ready mark queued while another batch is in flight, its caller cancelled before the
+    flusher takes it: the flusher skips it, the store never sees it, and the record stays as
+    its claim wrote it."""
+    base = f"t/dropped-{uuid.uuid4().hex[:8]}/"
+    first, second = f"{base}first", f"{base}second"
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+        versions = []
+        for key in (first, second):
+            written = await stores.location.write(Batch([IfMissing(key)], [Put(key, b"claimed")]))
+            assert isinstance(written, Applied)
+            versions.append(written.versions[0])
+        gated = _GatedStore(stores.location)
+        batcher = RecordBatcher(gated)  # type: ignore[arg-type]  # only write() is used
+        async with trio.open_nursery() as nursery:
+            await nursery.start(batcher.run)
+            nursery.start_soon(batcher.put, first, versions[0], b"ready")
+            await trio.testing.wait_all_tasks_blocked()  # the first batch is in flight
+            gone = trio.CancelScope()
+            async with trio.open_nursery() as waiting:
+
+                async def mark_second() -> None:
+                    with gone:
+                        await batcher.put(second, versions[1], b"ready")
+
+                waiting.start_soon(mark_second)
+                await trio.testing.wait_all_tasks_blocked()  # queued behind the first
+                gone.cancel()
+            gated.gate.set()
+            await trio.testing.wait_all_tasks_blocked()
+            batcher.close()
+        assert [[first]] == [[item.key for item in batch.mutations] for batch in gated.writes]
+        kept = await stores.location.read(second)
+        assert isinstance(kept, Found)
+        assert (b"claimed", versions[1]) == (kept.value, kept.version)

@@ -207,12 +207,11 @@ class SpotAuthority:
                 ACTIVATING,
                 self._mesh,
             )
-            written = await self._store.write(
-                Batch(
-                    [_expect(record_key, held), _expect(generation_key, counted)],
-                    [Put(record_key, record.encode()), Put(generation_key, counter.encode())],
-                )
+            batch = Batch(
+                [_expect(record_key, held), _expect(generation_key, counted)],
+                [Put(record_key, record.encode()), Put(generation_key, counter.encode())],
             )
+            written = await self.batches.write(batch)  # with other claims (batches.py)
             if isinstance(written, Applied):
                 record_version, counter_version = written.versions
                 self._remember(
@@ -255,10 +254,7 @@ class SpotAuthority:
         ready = attrs.evolve(claim.record, state=READY)
         key = self._record_key(claim.spot_id)
         # Coalesced with the Ready marks of other new incarnations into one batch (batches.py).
-        # Awaited to its end even when the caller is cancelled (the store's timeout bounds it):
-        # a queued mark written after its caller gave up would race the caller's release.
-        with trio.CancelScope(shield=True):
-            version = await self.batches.put(key, claim.version, ready.encode())
+        version = await self.batches.put(key, claim.version, ready.encode())
         if version is None:
             raise LookupError(f"the authority record of {claim.spot_id} changed under its owner")
         return Claim(claim.spot_id, ready, version)

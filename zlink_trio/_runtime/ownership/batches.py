@@ -1,21 +1,26 @@
-"""Changing authority records in conditional batches: group commit of the releases (issue 11,
-item 9; specs/shutdown.md SHUT-4.15) and of the Ready marks of new incarnations (issue 15;
-specs/spots.md SPOT-94).
+"""Changing authority records in shared conditional batches: group commit of the claims, the
+Ready marks and the releases of one host (issue 11, item 9: specs/shutdown.md SHUT-4.15;
+issue 15: specs/spots.md SPOT-94).
 
-Rule 1: one writer, many waiters. A release (delete) or a Ready mark (put) is queued and its
-caller waits for its own result; the one flusher task takes everything queued (up to
-``BATCH_LIMIT`` records) and writes it in one all-or-nothing conditional batch, each record on
-the version its incarnation holds. While a batch is in flight the next one gathers, so ten
-thousand Spots closing at shutdown, or created 32 at a time, cost a few dozen store commits
-instead of ten thousand, and a single change still costs one.
-Rule 2: a conflict is settled one by one. When any record of a batch is no longer at the
-version its incarnation holds, the batch changes nothing, and each of its records is written
-on its own, so one record that is not ours never keeps the others.
+Rule 1: one writer, many waiters. A change is a conditional batch of its own (a claim's two
+records, a Ready mark, a release), queued; its caller waits for its own result. The one flusher
+task takes everything queued (up to ``BATCH_LIMIT`` changes, ``KEY_LIMIT`` keys and
+``BYTE_LIMIT`` bytes, never two changes that name one key) and writes it as one all-or-nothing
+conditional batch. While a batch is in flight the next one gathers, so ten thousand Spots closing
+at shutdown, or created 32 at a time, cost a few dozen store commits instead of ten thousand,
+and a single change still costs one.
+Rule 2: a conflict is settled one by one. When any condition of a shared batch fails, the batch
+changes nothing, and each change is then written on its own and gets its own result (its
+``Conflict`` carries the records at its own keys, STORE-41), so one record that is not ours
+never keeps the others.
 Rule 3: an unknown outcome is reported, never guessed. A batch whose write raised or was cut
-short may have committed (DEC-17): every waiter in it gets the error and settles its record by
-reading it again, as a single release would.
+short may have committed (DEC-17): every waiter in it gets the error and settles its records by
+reading them again, as a change written alone would.
 Rule 4: without a running flusher (before the host starts it, after it stops) a change is
 written at once by its caller, so no caller ever waits for a task that is not there.
+Rule 5: a caller cancelled while its change waits in the queue takes it out: it is never
+written. Cancelled once its batch is on its way, the outcome is unknown, as a cancelled store
+call's is (DEC-17), and the caller settles it by reading.
 """
 
 from __future__ import annotations
@@ -24,31 +29,44 @@ import math
 
 import trio
 
-from zlink_trio._integration.store import Applied, Batch, Delete, IfVersion, LocationStore, Put
+from zlink_trio._integration.store import (
+    Applied,
+    Batch,
+    Conflict,
+    Delete,
+    IfVersion,
+    LocationStore,
+    Put,
+)
 from zlink_trio.errors import ErrorKind, ZLinkError
 
 __all__ = ["BATCH_LIMIT", "RecordBatcher"]
 
 BATCH_LIMIT = 512
-"""Most records one batch changes; well inside the store's 2,048 keys and 4 MiB (a record's
-value is a few hundred bytes)."""
+"""Most changes one shared batch writes."""
+KEY_LIMIT = 1024
+"""Most keys one shared batch names: half the store's 2,048."""
+BYTE_LIMIT = 1024 * 1024
+"""Most bytes of keys and values one shared batch carries: a quarter of the store's 4 MiB."""
 
-_Result = int | None | ZLinkError
-"""A change's result: the record's new version (0 for a delete), ``None`` when it was not at
-the expected version any more, or the error of an unknown outcome."""
+_Result = Applied | Conflict | ZLinkError | None
 
 
 class _Pending:
-    """One queued change (``value`` ``None``: delete) and, once written, its result."""
+    """One queued change and, once written, its result."""
 
-    __slots__ = ("done", "key", "result", "value", "version")
+    __slots__ = ("batch", "done", "dropped", "keys", "result", "size", "taken")
 
-    def __init__(self, key: str, version: int, value: bytes | None) -> None:
-        self.key = key
-        self.version = version
-        self.value = value
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+        items = (*batch.conditions, *batch.mutations)
+        self.keys = {item.key for item in items}
+        self.size = sum(len(item.key.encode()) for item in items)
+        self.size += sum(len(item.value) for item in batch.mutations if isinstance(item, Put))
         self.result: _Result = None
         self.done = trio.Event()
+        self.taken = False  # in a batch on its way to the store
+        self.dropped = False  # its caller went away before that (Rule 5)
 
     def finish(self, result: _Result) -> None:
         self.result = result
@@ -56,8 +74,7 @@ class _Pending:
 
 
 class RecordBatcher:
-    """Deletes and replaces authority records conditionally, in batches, for one host (Rules
-    1-4)."""
+    """Writes conditional batches of authority records together, for one host (Rules 1-4)."""
 
     def __init__(self, store: LocationStore) -> None:
         self._store = store
@@ -66,29 +83,40 @@ class RecordBatcher:
         self.batches = 0
         """How many batches the flusher wrote (for tests and diagnostics)."""
 
-    async def release(self, key: str, version: int) -> bool:
-        """Delete ``key`` if it is still at ``version``: ``True`` once deleted, ``False`` when it
-        was not at that version any more; ``ZLinkError`` when the outcome is unknown."""
-        return await self._change(key, version, None) is not None
-
-    async def put(self, key: str, version: int, value: bytes) -> int | None:
-        """Replace ``key``'s value if it is still at ``version``: its new version, or ``None``
-        when it was not at that version any more; ``ZLinkError`` when the outcome is unknown."""
-        return await self._change(key, version, value)
-
-    async def _change(self, key: str, version: int, value: bytes | None) -> int | None:
+    async def write(self, batch: Batch) -> Applied | Conflict:
+        """``batch`` committed, possibly together with others (Rule 1): its own ``Applied``
+        (the versions of its puts) or ``Conflict``; ``ZLinkError`` when the outcome is
+        unknown."""
         if not self._running:
-            return await _write_one(self._store, key, version, value)  # Rule 4
-        pending = _Pending(key, version, value)
+            return await self._store.write(batch)  # Rule 4
+        pending = _Pending(batch)
         try:
             self._send.send_nowait(pending)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             # The flusher was cut short (its host is being torn down): write this one alone.
-            return await _write_one(self._store, key, version, value)
-        await pending.done.wait()
-        if isinstance(pending.result, ZLinkError):
-            raise pending.result
-        return pending.result
+            return await self._store.write(batch)
+        try:
+            await pending.done.wait()
+        except BaseException:
+            pending.dropped = not pending.taken  # Rule 5
+            raise
+        result = pending.result
+        if isinstance(result, ZLinkError):
+            raise result
+        assert result is not None  # done is set once a result is in
+        return result
+
+    async def release(self, key: str, version: int) -> bool:
+        """Delete ``key`` if it is still at ``version``: ``True`` once deleted, ``False`` when it
+        was not at that version any more; ``ZLinkError`` when the outcome is unknown."""
+        written = await self.write(Batch([IfVersion(key, version)], [Delete(key)]))
+        return isinstance(written, Applied)
+
+    async def put(self, key: str, version: int, value: bytes) -> int | None:
+        """Replace ``key``'s value if it is still at ``version``: its new version, or ``None``
+        when it was not at that version any more; ``ZLinkError`` when the outcome is unknown."""
+        written = await self.write(Batch([IfVersion(key, version)], [Put(key, value)]))
+        return written.versions[0] if isinstance(written, Applied) else None
 
     def close(self) -> None:
         """Take no more changes through the flusher; it writes what is queued, then ends."""
@@ -121,53 +149,58 @@ class RecordBatcher:
                     pending.finish(cut)
 
     async def _write(self, batch: list[_Pending]) -> None:
-        # One record per key in a batch: a second change of a key waits for the next batch.
-        unique: dict[str, _Pending] = {}
+        # Changes that share no key, within the limits; the rest waits for the next batch.
+        chosen: list[_Pending] = []
         later: list[_Pending] = []
+        keys: set[str] = set()
+        size = 0
         for pending in batch:
-            if pending.key in unique:
+            if pending.dropped:
+                continue
+            fits = len(keys) + len(pending.keys) <= KEY_LIMIT and size + pending.size <= BYTE_LIMIT
+            if chosen and (keys & pending.keys or not fits):
                 later.append(pending)
-            else:
-                unique[pending.key] = pending
-        chosen = list(unique.values())
+                continue
+            chosen.append(pending)
+            keys |= pending.keys
+            size += pending.size
+        if not chosen:
+            return
+        for pending in chosen:
+            pending.taken = True
         self.batches += 1
-        try:
-            written = await self._store.write(
-                Batch(
-                    [IfVersion(p.key, p.version) for p in chosen],
-                    [Delete(p.key) if p.value is None else Put(p.key, p.value) for p in chosen],
-                )
-            )
-        except ZLinkError as error:
-            for pending in chosen:
-                pending.finish(error)  # Rule 3
+        if len(chosen) == 1:
+            await _write_alone(self._store, chosen[0])
         else:
-            if isinstance(written, Applied):
-                versions = iter(written.versions)  # one per put, in the batch's order
+            try:
+                written = await self._store.write(
+                    Batch(
+                        [item for p in chosen for item in p.batch.conditions],
+                        [item for p in chosen for item in p.batch.mutations],
+                    )
+                )
+            except ZLinkError as error:
                 for pending in chosen:
-                    pending.finish(0 if pending.value is None else next(versions))
+                    pending.finish(error)  # Rule 3
             else:
-                for pending in chosen:  # Rule 2
-                    try:
-                        pending.finish(
-                            await _write_one(
-                                self._store, pending.key, pending.version, pending.value
-                            )
-                        )
-                    except ZLinkError as error:
-                        pending.finish(error)
+                if isinstance(written, Applied):
+                    versions = iter(written.versions)  # one per put, in the batch's order
+                    for pending in chosen:
+                        puts = sum(isinstance(item, Put) for item in pending.batch.mutations)
+                        mine = tuple(next(versions) for _ in range(puts))
+                        pending.finish(Applied(mine, written.store_now))
+                else:
+                    for pending in chosen:  # Rule 2
+                        await _write_alone(self._store, pending)
         if later:
             await self._write(later)
 
 
-async def _write_one(
-    store: LocationStore, key: str, version: int, value: bytes | None
-) -> int | None:
-    change = Delete(key) if value is None else Put(key, value)
-    written = await store.write(Batch([IfVersion(key, version)], [change]))
-    if not isinstance(written, Applied):
-        return None
-    return 0 if value is None else written.versions[0]
+async def _write_alone(store: LocationStore, pending: _Pending) -> None:
+    try:
+        pending.finish(await store.write(pending.batch))
+    except ZLinkError as error:
+        pending.finish(error)
 
 
 def _drain(receive: trio.MemoryReceiveChannel[_Pending]) -> list[_Pending]:
