@@ -278,7 +278,7 @@ class SpotAuthority:
             [Put(key, record.encode()) for key, record in zip(keys, moved, strict=True)],
         )
         try:
-            written = await self._store.write(batch)
+            written = await self.batches.write(batch)  # with the moves committing beside it
         except ZLinkError as error:
             _log.warning("the hand-over of %s has an unknown outcome: %s", keys[0], error)
             pause = _REREAD_FIRST

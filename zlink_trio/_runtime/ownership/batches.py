@@ -1,9 +1,9 @@
 """Changing authority records in shared conditional batches: group commit of the claims, the
-Ready marks and the releases of one host (issue 11, item 9: specs/shutdown.md SHUT-4.15;
-issue 15: specs/spots.md SPOT-94).
+Ready marks, the releases and the relocation commits of one host (issue 11, item 9:
+specs/shutdown.md SHUT-4.15; issue 15: specs/spots.md SPOT-94).
 
 Rule 1: one writer, many waiters. A change is a conditional batch of its own (a claim's two
-records, a Ready mark, a release), queued; its caller waits for its own result. The one flusher
+records, a Ready mark, a release, a moving unit's hand-over), queued; its caller waits for its own result. The one flusher
 task takes everything queued (up to ``BATCH_LIMIT`` changes, ``KEY_LIMIT`` keys and
 ``BYTE_LIMIT`` bytes, never two changes that name one key) and writes it as one all-or-nothing
 conditional batch. While a batch is in flight the next one gathers, so ten thousand Spots closing
