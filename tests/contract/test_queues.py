@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from pathlib import Path
 
 import attrs
 import pytest
@@ -322,3 +323,14 @@ async def test_waits_for_a_job_permit_end_shutting_down_as_shutdown_begins(
     assert [zl.ErrorKind.SHUTTING_DOWN] == [error.kind for error in waited]
     assert "waiting" not in handled
     assert "w" not in handled
+
+
+@pytest.mark.spec("REG-8.4")
+def test_the_store_data_dir_is_a_path() -> None:
+    """A str (or anything but a Path) for store_data_dir is a ConfigurationError naming it, when
+    the config is made; a Path and None pass."""
+    for bad in ("/tmp/zlink-data", 3, b"/tmp"):
+        with pytest.raises(zl.ConfigurationError, match=r"store_data_dir takes a pathlib\.Path"):
+            zl.HostConfig(mesh="m", store_data_dir=bad)  # type: ignore[arg-type]  # bad on purpose
+    zl.HostConfig(mesh="m", store_data_dir=Path("/tmp/zlink-data"))
+    zl.HostConfig(mesh="m", store_data_dir=None)

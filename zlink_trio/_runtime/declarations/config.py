@@ -145,6 +145,11 @@ def _check_security(security: object, secret: object, key_file: object) -> None:
         raise ValueError("a CURVE key is given but transport_security is 'none'")
 
 
+def _check_data_dir(value: object) -> None:
+    if value is not None and not isinstance(value, Path):
+        raise TypeError(f"store_data_dir takes a pathlib.Path, not {type(value).__name__}")
+
+
 def _check_cpu_slots(value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"cpu_worker_slots takes an int, not {type(value).__name__}")
@@ -235,6 +240,7 @@ class HostConfig:
             _problem(lambda v: v if isinstance(v, MeshName) else MeshName(v), self.mesh),
             _problem(lambda v: v is None or isinstance(v, NodeRid) or NodeRid(v), self.node_rid),
             _problem(_check_dsn_type, self.store_dsn),
+            _problem(_check_data_dir, self.store_data_dir),
             _problem(check_timeout, self.request_timeout, "request_timeout"),
             _problem(check_timeout, self.closing_timeout, "closing_timeout"),
             _problem(check_timeout, self.node_lease, "node_lease"),
