@@ -3,12 +3,12 @@ Ready marks, the releases and the relocation commits of one host (issue 11, item
 specs/shutdown.md SHUT-4.15; issue 15: specs/spots.md SPOT-94).
 
 Rule 1: one writer, many waiters. A change is a conditional batch of its own (a claim's two
-records, a Ready mark, a release, a moving unit's hand-over), queued; its caller waits for its own
-result. The one flusher task takes everything queued (up to ``BATCH_LIMIT`` changes, ``KEY_LIMIT``
-keys and ``BYTE_LIMIT`` bytes, never two changes that name one key) and writes it as one
-all-or-nothing conditional batch. While a batch is in flight the next one gathers, so ten thousand Spots
-closing at shutdown, or created 32 at a time, cost a few dozen store commits instead of ten
-thousand, and a single change still costs one.
+records, a Ready mark, a release, a moving unit's hand-over), queued; its caller waits for its
+own result. The one flusher task takes everything queued (up to ``BATCH_LIMIT`` changes,
+``KEY_LIMIT`` keys and ``BYTE_LIMIT`` bytes, never two changes that name one key) and writes it
+as one all-or-nothing conditional batch. While a batch is in flight the next one gathers, so
+ten thousand Spots closing at shutdown, or created 32 at a time, cost a few dozen store commits
+instead of ten thousand, and a single change still costs one.
 Rule 2: a conflict is settled one by one. When any condition of a shared batch fails, the batch
 changes nothing, and each change is then written on its own and gets its own result (its
 ``Conflict`` carries the records at its own keys, STORE-41), so one record that is not ours
