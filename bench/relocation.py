@@ -15,10 +15,12 @@ through the public API. Each host's config is the default but for ``transport_se
    is host-wide and a host relocates once, so every round opens a fresh host in the other host
    process, and the host that holds the Spots relocates to it (``host.relocate()``, its only
    SERVING peer that declares the types) once its transport route to it is up, and then shuts
-   down: the Spots go back and forth between the two processes, one move each per round. The
-   two sizes are measured one after the other, each with hosts of its own, so a 1 KiB Spot's
-   move never shares its round with the transfer of a 1 MiB one; the Spots of one size move at
-   once (``MOVES_AT_ONCE`` in host/relocation.py), each interruption counting the others.
+   down: the Spots go back and forth between the two processes, one move each per round. Four
+   groups are measured one after the other, each with hosts of its own: a 1 KiB Spot alone, 5
+   of them at once, a 1 MiB Spot alone, 5 of them at once (quick mode: only the Spots alone).
+   "One unit's interruption" is the group alone; in a group at once the Spots move together
+   (``MOVES_AT_ONCE`` in host/relocation.py) and each interruption counts the others' transfers
+   and commits.
    - inside: each completed move logs its ``MoveTimes`` on the source (host/moving.py, DEBUG):
      *interruption* is from the start of its seal (from then on what reaches it is held) until
      the target answered that it serves the unit (after the commit); the commit alone is also
@@ -480,18 +482,31 @@ def step_means(moves: list[MoveTimes]) -> dict[str, float]:
     return {step: statistics.fmean(v) * 1e3 if v else 0.0 for step, v in steps.items()}
 
 
-def size_of(spot_id: str) -> str:
-    return "1 MiB" if spot_id.startswith("large") else "1 KiB"
+def part_one_groups(counts: Counts) -> list[tuple[str, int]]:
+    """Part 1's groups: each size alone, then ``per_size`` at once (when more than one)."""
+    pers = sorted({1, counts.per_size})
+    return [(size, per) for size in SIZES for per in pers]
+
+
+def group_of(size: str, per: int) -> str:
+    """Part 1's name for the moves of ``per`` Spots of ``size`` relocating at once."""
+    return size if per == 1 else f"{size}, {per} at once"
 
 
 async def measure_interruption(
-    client: zl.Host, children: tuple[Child, Child], counts: Counts, size: str, figures: Interruption
+    client: zl.Host,
+    children: tuple[Child, Child],
+    counts: Counts,
+    size: str,
+    per: int,
+    figures: Interruption,
 ) -> None:
-    """Part 1 for the Spots of one size, into ``figures``."""
+    """Part 1 for ``per`` Spots of one size on the relocating host, into ``figures``."""
     prefix = "small" if size == "1 KiB" else "large"
+    group = group_of(size, per)
     here = 0
     rid = (await children[here].ask("open"))["rid"]
-    filled = await children[here].ask("fill", rid, "user", prefix, counts.per_size, SIZES[size])
+    filled = await children[here].ask("fill", rid, "user", prefix, per, SIZES[size])
     crcs: dict[str, int] = filled["crcs"]
     probers = [Prober(f"{prefix}-0000")]
     figures.probers += probers
@@ -511,13 +526,13 @@ async def measure_interruption(
             answer = await children[here].ask("relocate", rid, 30.0)
             end = time.perf_counter()
             if not answer["ok"]:
-                raise BenchError(f"a relocation of {counts.per_size} Spots: {answer['result']}")
+                raise BenchError(f"a relocation of {per} Spots: {answer['result']}")
             figures.took.append(answer["took"])
             for move in (MoveTimes(*fields) for fields in answer["moves"]):
-                figures.moves.setdefault(size_of(move.spot_id), []).append(move)
+                figures.moves.setdefault(group, []).append(move)
             for prober in probers:
                 gap = prober.longest_gap(start, end)
-                figures.outside.setdefault(size_of(prober.spot_id), []).append(gap)
+                figures.outside.setdefault(group, []).append(gap)
             await children[here].ask("close", rid)
             here, rid = there, new
         nursery.cancel_scope.cancel()
@@ -684,31 +699,32 @@ def report(
     parts: Interruption, base: dict[str, list[float]], host: HostFigures, counts: Counts
 ) -> None:
     print(
-        f"\n1. service interruption of one unit ({counts.rounds} relocations, "
-        f"{counts.per_size} Spots of the size each, one size at a time; ms)"
+        f"\n1. service interruption of one unit ({counts.rounds} relocations of each group: a"
+        f" Spot alone, and {counts.per_size} Spots of the size at once; one group at a time; ms)"
     )
     print(f"  {'':44} {'n':>5} {'p50':>8} {'p99':>8} {'max':>8}")
-    for size in SIZES:
-        moves = parts.moves.get(size, [])
+    for size, per in part_one_groups(counts):
+        group = group_of(size, per)
+        moves = parts.moves.get(group, [])
         inside = [m.opened - m.sealing for m in moves]
         if moves:
             committed = [m.committed - m.sealing for m in moves]
             p50 = percentile(committed, 0.5) * 1e3
-            report_figure(f"{size} seal -> commit done p50, ms", p50, "lower")
+            report_figure(f"{group} seal -> commit done p50, ms", p50, "lower")
         rows = (
             ("inside: seal start -> target serves it", inside),
             ("inside: seal start -> commit done", [m.committed - m.sealing for m in moves]),
-            ("outside: longest gap in the round", parts.outside.get(size, [])),
+            ("outside: longest gap in the round", parts.outside.get(group, [])),
             ("baseline: one plain ZeroMQ transfer", base[size]),
         )
-        print(f"  {size}")
+        print(f"  {group}")
         for name, values in rows:
             if not values:
                 print(f"    {name:42} {0:5d}")
                 continue
             p50, p99 = percentile(values, 0.5) * 1e3, percentile(values, 0.99) * 1e3
             print(f"    {name:42} {len(values):5d} {p50:8.2f} {p99:8.2f} {max(values) * 1e3:8.2f}")
-        outside = parts.outside.get(size, [])
+        outside = parts.outside.get(group, [])
         b50, b99 = percentile(base[size], 0.5), percentile(base[size], 0.99)
         if inside and outside:
             i99, o99 = percentile(inside, 0.99) * 1e3, percentile(outside, 0.99) * 1e3
@@ -734,8 +750,7 @@ def report(
     print(
         f"  the probes: {answered} answers, errors {errors or 'none'}, {count_errors} counts"
         f" out of sequence; every Spot's data intact after the last move:"
-        f" {'yes' if parts.crcs_kept else 'NO'}; host.relocate() of"
-        f" {2 * counts.per_size} Spots took p50 {statistics.median(parts.took) * 1e3:.0f} ms"
+        f" {'yes' if parts.crcs_kept else 'NO'}"
     )
     print(f"\n3. host relocation: {host.units} Spots (half User Spots, half Instance Spots,")
     print(f"   {UNIT_STATE}-byte adapter payload), {counts.traffic} client task(s) sending")
@@ -814,8 +829,8 @@ async def run(args: argparse.Namespace, dsn: str, profile_dir: Path | None) -> N
         try:
             started = time.perf_counter()
             parts = Interruption()
-            for size in SIZES:  # one size at a time: a unit's move beside its own kind only
-                await measure_interruption(client, children, counts, size, parts)
+            for size, per in part_one_groups(counts):  # one group at a time
+                await measure_interruption(client, children, counts, size, per, parts)
             print(f"part 1 measured in {time.perf_counter() - started:.1f} s")
             started = time.perf_counter()
             host = await measure_host(client, (children[1], children[0]), counts, profile_dir)

@@ -58,7 +58,7 @@ from zlink_trio._integration.store import (
     location_sql,
     open_stores,
 )
-from zlink_trio._integration.store.bridge import _SESSION_SETTINGS
+from zlink_trio._integration.store.aio import SESSION_SETTINGS
 from zlink_trio._integration.store.statements import Statement
 
 SELECT_ONE = Statement.compile(select(literal_column("1")))
@@ -100,7 +100,7 @@ def _plain_asyncio(
     """``statement`` timed on one asyncpg connection on plain asyncio (run in a worker thread)."""
 
     async def run() -> list[float]:
-        connection = await asyncpg.connect(dsn, server_settings=dict(_SESSION_SETTINGS))
+        connection = await asyncpg.connect(dsn, server_settings=dict(SESSION_SETTINGS))
         args = statement.arguments(values)
         try:
 

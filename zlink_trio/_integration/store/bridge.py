@@ -23,13 +23,16 @@ one, Rule 4), when it is found closed, and when the store closes.
 Rule 6: a connection prepares the store's hot statements when the pool opens it, so that the
 driver's one-time work per connection (reading the array types' definitions from the server:
 ~10 ms for the conditional batch, measured) is not paid inside the first call that uses it.
-Before the schema exists they are skipped. (A call that has to open a connection still waits
-for all of it: ~20-45 ms measured in bench/relocation.py, where fresh hosts commit moves.)
+Before the schema exists they are skipped.
+Rule 7: a spare is opened ahead. When a call takes the last idle connection (or finds none) and
+a permit is free, a background task takes that permit and opens one more connection into the
+idle list, so the next call does not open one itself (connecting and preparing: 20-45 ms
+measured in bench/relocation.py, where a fresh host's first moves committed). Holding a permit,
+the spare never leaves a caller that finds the list empty without a connection in the pool.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -56,67 +59,7 @@ from zlink_trio._integration.store.statements import Statement
 from zlink_trio.errors import ConfigurationError, ErrorKind, ZLinkError
 
 Row: TypeAlias = aio.Row
-
-_UNREACHABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.OperatorInterventionError,
-    asyncpg.exceptions.InsufficientResourcesError,
-    asyncpg.exceptions.InternalClientError,
-)
-_REJECTED_SETTINGS = (
-    ValueError,
-    asyncpg.exceptions.ClientConfigurationError,
-    asyncpg.exceptions.InvalidCatalogNameError,
-    asyncpg.exceptions.InvalidAuthorizationSpecificationError,
-)
-_SESSION_SETTINGS = {
-    # One statement per call, each its own transaction: SERIALIZABLE makes concurrent
-    # conditional batches behave as if they ran one after another (STORE-4).
-    "default_transaction_isolation": "serializable",
-    # The statements are tiny; JIT compilation would only add latency.
-    "jit": "off",
-    # Every statement is a key lookup or a key range, so the generic plan is the right one; it
-    # spares re-planning the batch statement on each call (measured: about a fifth of a CAS).
-    "plan_cache_mode": "force_generic_plan",
-    "application_name": "zlink_trio",
-}
-
-
-class _FloorRetriesInOneLine(logging.Filter):
-    """asyncpg logs every failed attempt to reconnect its pool's floor with a full traceback:
-    while the store is down, one traceback a second per pool. The line stays (at WARNING), the
-    cause joins it, the traceback goes (STORE-39)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        template = record.msg  # asyncpg's format string, not an error's text
-        if record.exc_info and isinstance(template, str) and template.startswith(_FLOOR):
-            error = record.exc_info[1]
-            record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}"
-            record.args = None
-            record.exc_info = None
-            record.exc_text = None
-        return True
-
-
-_FLOOR = "Failed to restore the pool connection floor"
-_FLOOR_FILTER = _FloorRetriesInOneLine()
-logging.getLogger("asyncpg.pool").addFilter(_FLOOR_FILTER)
-
-
-def _failure(error: Exception, where: str) -> ZLinkError:
-    if isinstance(error, _UNREACHABLE):
-        return ZLinkError(
-            ErrorKind.UNAVAILABLE,
-            f"the store at {where} cannot be used now ({type(error).__name__}: {error}); "
-            "a write's outcome is unknown until it is read again",
-        )
-    return ZLinkError(
-        ErrorKind.INTERNAL_FAILURE, f"the store at {where} failed: {type(error).__name__}: {error}"
-    )
-
+_log = logging.getLogger("zlink_trio.store")
 
 # --- Trio side -----------------------------------------------------------------------------------
 
@@ -200,8 +143,12 @@ class Listener:
 class Database:
     """The asyncpg pool seen from Trio: single statements, held sessions and a listener."""
 
-    def __init__(self, loop: Any, pool: Any, dsn: str, timeout: float, size: int) -> None:
+    def __init__(
+        self, loop: Any, pool: Any, dsn: str, timeout: float, size: int, spares: trio.Nursery
+    ) -> None:
         self._loop = loop
+        self._spares = spares
+        self._opening = False  # a spare is being opened (Rule 7)
         self.pool = pool
         self.timeout = timeout
         self._dsn = dsn
@@ -271,7 +218,7 @@ class Database:
             self._dsn,
             self.timeout,
             channel,
-            _SESSION_SETTINGS,
+            aio.SESSION_SETTINGS,
             on_payload,
             listener.lost.set,
         )
@@ -284,7 +231,7 @@ class Database:
             try:
                 return await _run_on(self._loop, function, *args)
             except Exception as error:
-                raise _failure(error, self.where) from error
+                raise aio.failure(error, self.where) from error
         raise ZLinkError(
             ErrorKind.UNAVAILABLE,
             f"the store at {self.where} did not answer within {self.timeout} s; "
@@ -299,13 +246,40 @@ class Database:
             while self._idle:
                 connection = self._idle.pop()
                 if aio.usable(connection):
+                    if not self._idle:
+                        self._open_spare()
                     return [connection]
                 # Closed: asyncpg has handed it back to the pool, which opens a fresh one.
+            self._open_spare()
             return []
         raise ZLinkError(
             ErrorKind.UNAVAILABLE,
             f"no connection to the store at {self.where} was free within {self.timeout} s",
         )
+
+    def _open_spare(self) -> None:
+        """Rule 7: one more idle connection, opened in the background, if a permit is free."""
+        if self._opening:
+            return
+        try:
+            self._permits.acquire_nowait()
+        except trio.WouldBlock:
+            return
+        self._opening = True
+        self._spares.start_soon(self._spare)
+
+    async def _spare(self) -> None:
+        lent: list[Any] = []
+        try:
+            with trio.move_on_after(self.timeout):
+                await _run_on(self._loop, aio.acquire_into, self.pool, lent)
+        except Exception as error:  # the next call meets the same trouble and reports it
+            _log.debug("opening a spare store connection failed: %s", error)
+        finally:
+            if lent:  # also when cancelled after it came: the store's close gives it back
+                self._idle.append(lent[0])
+            self._opening = False
+            self._permits.release()
 
     async def _give_back(self, connection: Any) -> None:
         """Return a lent connection to the pool; never raises (a failure terminated it)."""
@@ -342,16 +316,20 @@ async def open_database(
     """
     where = describe_dsn(dsn)
     async with trio_asyncio.open_loop() as loop:
-        settings = dict(_SESSION_SETTINGS)
+        settings = dict(aio.SESSION_SETTINGS)
         if not durable_commits:  # commits do not wait for the disk (STORE-42)
             settings["synchronous_commit"] = "off"
         init = aio.preparing([statement.sql for statement in prepared])
         sizes = (min_size, max_size)
         timeouts = (operation_timeout, startup_timeout)
         pool = await _create_pool(loop, dsn, sizes, timeouts, where, settings, init)
-        database = Database(loop, pool, dsn, operation_timeout, max(max_size, 1))
         try:
-            yield database
+            async with trio.open_nursery() as spares:
+                database = Database(loop, pool, dsn, operation_timeout, max(max_size, 1), spares)
+                try:
+                    yield database
+                finally:
+                    spares.cancel_scope.cancel()
         finally:
             await database.give_back_all()
             with trio.CancelScope(shield=True):
@@ -386,11 +364,11 @@ async def _create_pool(
                     server_settings=settings,
                 ),
             )
-        except _REJECTED_SETTINGS as error:
+        except aio.REJECTED_SETTINGS as error:
             raise ConfigurationError(
                 f"the store DSN ({where}) was rejected: {type(error).__name__}: {error}"
             ) from error
-        except (*_UNREACHABLE, asyncpg.exceptions.PostgresError) as error:
+        except (*aio.UNREACHABLE, asyncpg.exceptions.PostgresError) as error:
             raise ZLinkError(
                 ErrorKind.UNAVAILABLE,
                 f"cannot reach PostgreSQL at {where}: {type(error).__name__}: {error}",
