@@ -2,13 +2,17 @@
 more than 25 % worse than the one recorded in bench/recorded.json. Not a timed test: run it by
 hand, or as ``tox -e bench`` (which the default ``tox`` does not run).
 
-    python bench/check.py [--runs 2] [--only mesh,store] [--record]
+    python bench/check.py [--runs 3] [--only mesh,store] [--record]
 
 Each bench reports its headline figures through ``bench/ratios.py`` (ratios against the
 baseline it measures in the same run, where it has one). Each bench runs ``--runs`` times and the
 best value of each figure counts, which keeps one noisy run on a shared machine from failing the
-guard; a figure missing from every run fails it. ``--record`` writes the values of this run as
-the recorded ones (with the commit), after a run on a quiet machine.
+guard; a figure missing from every run fails it. p99 ratios are shown beside their record but
+not compared: on a shared machine they swing by more than 25 % from run to run. The mesh bench
+runs in its full mode (its quick mode is a smoke run, too short to compare). ``--record``
+writes the values of this run as the recorded ones (with the commit), after a run on a quiet
+machine: on a loaded one even the best of three quick runs moves by more than 25 % (seen in
+session 10: runtime request p50 1.64x then 2.26x), and the guard then flags noise.
 Exit status: 0 all within 25 %, 1 a figure is worse or missing, 2 a bench could not run.
 """
 
@@ -33,8 +37,8 @@ BENCHES: dict[str, list[str]] = {
     "wire": ["wire.py"],
     "transport": ["transport.py"],
     "store": ["store.py", "--seconds", "0.5"],
-    "runtime": ["runtime.py", "--requests", "3000", "--sends", "20000", "--activations", "2000"],
-    "mesh": ["mesh.py", "--quick", "--security", "curve"],
+    "runtime": ["runtime.py", "--requests", "10000", "--sends", "50000", "--activations", "2000"],
+    "mesh": ["mesh.py", "--security", "curve"],  # its quick mode is too short to compare
     "shutdown": ["shutdown.py", "--spots", "2000"],
     "testing_kit": ["testing_kit.py", "--rounds", "10", "--examples", "20"],
     "relocation": ["relocation.py", "--quick"],
@@ -69,7 +73,7 @@ def commit() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=2, help="runs of each bench (best counts)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each bench (best counts)")
     parser.add_argument("--only", help="comma-separated benches (default: all)")
     parser.add_argument("--record", action="store_true", help="write this run as the record")
     args = parser.parse_args()
@@ -95,6 +99,9 @@ def main() -> int:
             old = was.get(figure)
             if old is None:
                 print(f"  {figure:44} {value:10.3f}  (nothing recorded)")
+                continue
+            if better == "shown":
+                print(f"  {figure:44} {value:10.3f}  recorded {old:10.3f}  (shown, not compared)")
                 continue
             change = value / old if better == "lower" else old / value if value else float("inf")
             mark = "ok" if change <= WORSE else f"WORSE by {100 * (change - 1):.0f} %"
