@@ -19,8 +19,9 @@ reading them again, as a change written alone would.
 Rule 4: without a running flusher (before the host starts it, after it stops) a change is
 written at once by its caller, so no caller ever waits for a task that is not there.
 Rule 5: a caller cancelled while its change waits in the queue takes it out: it is never
-written. Cancelled once its batch is on its way, the outcome is unknown, as a cancelled store
-call's is (DEC-17), and the caller settles it by reading.
+written. Cancelled once its batch is on its way, the caller first waits for that batch to land
+(shielded; the store's timeout bounds it) and then raises: it settles the outcome by reading
+(DEC-17), and a read can no longer come before the write it settles.
 """
 
 from __future__ import annotations
@@ -97,8 +98,12 @@ class RecordBatcher:
             return await self._store.write(batch)
         try:
             await pending.done.wait()
-        except BaseException:
-            pending.dropped = not pending.taken  # Rule 5
+        except BaseException:  # Rule 5
+            if not pending.taken:
+                pending.dropped = True
+            else:
+                with trio.CancelScope(shield=True):
+                    await pending.done.wait()
             raise
         result = pending.result
         if isinstance(result, ZLinkError):
