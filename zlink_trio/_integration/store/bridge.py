@@ -33,6 +33,7 @@ the spare never leaves a caller that finds the list empty without a connection i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -259,7 +260,7 @@ class Database:
 
     def _open_spare(self) -> None:
         """Rule 7: one more idle connection, opened in the background, if a permit is free."""
-        if self._opening:
+        if self._opening or self._spares.cancel_scope.cancel_called:  # none while closing
             return
         try:
             self._permits.acquire_nowait()
@@ -273,8 +274,10 @@ class Database:
         try:
             with trio.move_on_after(self.timeout):
                 await _run_on(self._loop, aio.acquire_into, self.pool, lent)
-        except Exception as error:  # the next call meets the same trouble and reports it
-            _log.debug("opening a spare store connection failed: %s", error)
+        except (Exception, asyncio.CancelledError) as error:
+            # The next call meets the same trouble and reports it; the spare is never the one
+            # to fail the store (the driver's own cancellation included).
+            _log.debug("opening a spare store connection failed: %r", error)
         finally:
             if lent:  # also when cancelled after it came: the store's close gives it back
                 self._idle.append(lent[0])
