@@ -83,6 +83,8 @@ CAS_TARGET = 1.2
 
 
 async def _measure(seconds: float, operation: Callable[[], Awaitable[object]]) -> list[float]:
+    """``operation`` timed one at a time for ``seconds``; plain awaits, so it runs on Trio and
+    on the plain asyncio baseline's loop alike."""
     for _ in range(50):  # warm the prepared statements and the pool
         await operation()
     samples: list[float] = []
@@ -107,15 +109,7 @@ def _plain_asyncio(
             async def operation() -> object:
                 return await connection.fetch(statement.sql, *args)
 
-            for _ in range(50):  # warm the prepared statement
-                await operation()
-            samples: list[float] = []
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                start = time.perf_counter()
-                await operation()
-                samples.append(time.perf_counter() - start)
-            return samples
+            return await _measure(seconds, operation)
         finally:
             await connection.close()
 
