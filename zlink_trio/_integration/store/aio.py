@@ -122,7 +122,7 @@ async def lent_fetch(pool: Any, lent: list[Any], sql: str, args: tuple[Any, ...]
     # ``lent`` holds the connection, or gets one from the pool at once: the Trio side sees it
     # even when this task is cancelled right after (bridge.py Rule 5).
     if not lent:
-        lent.append(await pool.acquire())
+        await acquire_into(pool, lent)
     connection = lent[0]
     attempt = 0
     while True:
@@ -139,7 +139,7 @@ async def lent_fetch(pool: Any, lent: list[Any], sql: str, args: tuple[Any, ...]
 
 async def begin(pool: Any, lent: list[Any], isolation: str, readonly: bool) -> Any:
     if not lent:
-        lent.append(await pool.acquire())
+        await acquire_into(pool, lent)
     try:
         transaction = lent[0].transaction(isolation=isolation, readonly=readonly)
         await transaction.start()
