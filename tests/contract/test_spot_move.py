@@ -5,6 +5,7 @@ messages that waited at the seal, answered from the target."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -538,11 +539,21 @@ async def test_a_target_drops_a_restored_unit_whose_source_is_gone(store_dsn: st
         assert [Count(5, target.node_rid.value)] == answers
 
 
+async def _relocate_then_shutdown(host: zl.Host) -> None:
+    """What the demo's rolling update does: ``relocate()``, then ``shutdown()`` on its own."""
+    assert (await host.relocate()).relocated
+    await host.shutdown()
+
+
 @pytest.mark.spec("RELOC-69")
-async def test_relocate_and_shutdown_relays_stale_routes_before_it_stops(store_dsn: str) -> None:
-    """The source relocates and shuts down; right after it is RELOCATED, a host whose route
-    still names the source sends to the moved Spot there. The source relays it before it stops:
-    the Spot's new owner (either peer) handles it."""
+@pytest.mark.parametrize("stop", [zl.Host.relocate_and_shutdown, _relocate_then_shutdown])
+async def test_relocate_and_shutdown_relays_stale_routes_before_it_stops(
+    store_dsn: str, stop: Callable[[zl.Host], Awaitable[object]]
+) -> None:
+    """The source relocates and shuts down (in one call, or ``shutdown()`` right after
+    ``relocate()``); right after it is RELOCATED, a host whose route still names the source
+    sends to the moved Spot there. The source relays it before it stops: the Spot's new owner
+    (either peer) handles it."""
     async with (
         open_test_stores(store_dsn) as stores,
         open_test_host(app, dsn=store_dsn, stores=stores) as target,
@@ -554,7 +565,7 @@ async def test_relocate_and_shutdown_relays_stale_routes_before_it_stops(store_d
             await source.route.send_to_spot("c-9", Add(1)).instance_spot("move.Counter").submit()
             statuses = source.host.observe()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(source.host.relocate_and_shutdown)
+                nursery.start_soon(stop, source.host)
                 async for status in statuses:
                     if status is zl.HostStatus.RELOCATED:
                         break

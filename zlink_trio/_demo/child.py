@@ -9,8 +9,9 @@ when its input ends or a SIGTERM comes - runs ``host.shutdown()`` and exits 0. A
 escapes is reported as a ``failed`` event and exit status 1. Every change of the host's status
 is a ``status`` event. On ``relocate VERSION`` during the workload it relocates as a rolling
 update to VERSION while its loops go on calling, reports the ``relocated`` result, then stops
-its loops and shuts down (``relocate_and_shutdown`` with the loops stopped in between, so none
-of its own calls meets its shutdown); a spare host (``Plan.spare``, started for the update)
+its loops and shuts down (``relocate()``, then ``shutdown()``, which relays what peers still
+send it until that goes quiet, RELOC-69, with the loops stopped in between, so none of its own
+calls meets its shutdown); a spare host (``Plan.spare``, started for the update)
 only serves until ``shutdown``. This is the host's side of specs/demo.md DEMO-1 (ready only
 once every peer is seen), DEMO-2 (the set-up), DEMO-5 and DEMO-6 (shut down on command, on end
 of input, on SIGTERM) and DEMO-7 (the rolling update).

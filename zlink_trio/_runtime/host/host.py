@@ -138,8 +138,10 @@ class Host:
 
     async def shutdown(self) -> None:
         """Immediate shutdown: seal admission, settle calls, close every Spot with
-        HOST_SHUTDOWN, drain completions, close the store. Idempotent; concurrent and later
-        calls wait for the same run, and cancelling a caller does not stop it."""
+        HOST_SHUTDOWN, drain completions, close the store. A ``RELOCATED`` host first relays
+        what still reaches it for the units it moved until that has been quiet for a second
+        (RELOC-69). Idempotent; concurrent and later calls wait for the same run, and cancelling
+        a caller does not stop it."""
         await self._tree.shutdown(self._node)
 
     @property
@@ -176,22 +178,13 @@ class Host:
         deadline: float = DEFAULT_DEADLINE,
     ) -> RelocationResult:
         """``relocate()``, then ``shutdown()`` if everything moved; a blocked relocation is
-        returned with the host still serving (SHUT-3.11). Before the shutdown the host relays
-        what still reaches it for the units it moved until that has been quiet for a while
+        returned with the host still serving (SHUT-3.11). The shutdown relays what still
+        reaches the host for the units it moved until that has been quiet for a while
         (RELOC-69): a peer that has not read the new owner yet loses no send to it."""
         result = await self.relocate(mode, target_version=target_version, deadline=deadline)
         if result.relocated:
-            relocator = self._tree.relocator
-            if relocator is not None and relocator.moved is not None:
-                with trio.move_on_after(self._node.config.relocation_follow_window):
-                    await relocator.moved.wait_quiet(STALE_ROUTES_QUIET)
             await self.shutdown()
         return result
-
-
-STALE_ROUTES_QUIET = 1.0
-"""Seconds without work for a moved unit after which ``relocate_and_shutdown`` shuts down: the
-peers' routes have caught up with the store (its change hints reach them in milliseconds)."""
 
 
 def open_host(app: Application, config: HostConfig) -> AbstractAsyncContextManager[Host]:

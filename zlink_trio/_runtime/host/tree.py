@@ -34,6 +34,10 @@ from zlink_trio.options import HostStatus
 
 __all__ = ["TaskTree"]
 
+STALE_ROUTES_QUIET = 1.0
+"""Seconds without work for a moved unit after which a relocated host's shutdown goes on: the
+peers' routes have caught up with the store (its change hints reach them in milliseconds)."""
+
 _log = logging.getLogger("zlink_trio.runtime.host")
 
 
@@ -168,15 +172,28 @@ class TaskTree:
     async def shutdown(self, node: LocalNode) -> None:
         if not self._started and not self.finished.is_set():
             self._started = True
+            relocated = self.board.status is HostStatus.RELOCATED
             self.board.set(HostStatus.DRAINING)
             if self.relocator is not None:
                 self.relocator.shutdown_started()  # shutdown wins (relocation.py Rule 5)
-            self.nursery.start_soon(self._shut_down, node)
+            self.nursery.start_soon(self._shut_down, node, relocated)
         await self.finished.wait()
 
-    async def _shut_down(self, node: LocalNode) -> None:
+    async def _shut_down(self, node: LocalNode, relocated: bool) -> None:
+        if relocated:
+            await self._relay_stale_routes(node)
         with collector_paused():  # thousands of activations end: keep the GC off the heap
             await self._shut_down_in_order(node)
+
+    async def _relay_stale_routes(self, node: LocalNode) -> None:
+        """A relocated host relays what still reaches it for the units it moved until that has
+        been quiet for ``STALE_ROUTES_QUIET`` seconds, at most its follow window, before it seals
+        admission (RELOC-69): a peer that has not read the new owner yet loses no send to it.
+        In the shutdown's own task, so cancelling a caller of ``shutdown()`` does not skip it."""
+        moved = self.relocator.moved if self.relocator is not None else None
+        if moved is not None:
+            with trio.move_on_after(node.config.relocation_follow_window):
+                await moved.wait_quiet(STALE_ROUTES_QUIET)
 
     async def _shut_down_in_order(self, node: LocalNode) -> None:
         try:
