@@ -16,6 +16,7 @@ import trio.testing
 import zlink_trio as zl
 from zlink_trio._integration.store import Applied, Batch
 from zlink_trio._runtime.declarations.system import RelocateAnswer
+from zlink_trio._runtime.host import tree
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio.ids import StableTypeName
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -578,3 +579,56 @@ async def test_relocate_and_shutdown_relays_stale_routes_before_it_stops(
         count = await target.route.request_to_spot("c-9", Get(), reply_type=Count).submit()
         assert 11 == count.value
         assert count.node in {target.node_rid.value, caller.node_rid.value}
+
+
+@pytest.mark.spec("RELOC-69")
+async def test_a_relocated_hosts_shutdown_waits_for_the_answer_of_a_request_it_relays(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stale route's request is relayed by the relocated source and stalls at the Spot's new
+    owner; the source's shutdown starts, and its quiet period (shortened here) passes. The
+    source stays up until the relayed request has its answer, so the caller gets the Spot's
+    answer and not ``UNAVAILABLE`` for a shutdown that is not the Spot's."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    monkeypatch.setattr(tree, "STALE_ROUTES_QUIET", 0.05)
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as target,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as caller,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as source,
+    ):
+        await _meet(source, target)
+        await _meet(caller, source)
+        await source.route.send_to_spot("c-7", Add(1)).instance_spot("move.Counter").submit()
+        assert (await source.host.relocate()).relocated
+        remote = caller.host._tree.remote  # type: ignore[union-attr]
+        assert remote is not None
+        answers: list[object] = []
+        stopped = trio.Event()
+
+        async def ask_the_stale_route() -> None:
+            deadline = trio.current_time() + 20
+            stale, counter = Owner(source.node_rid), StableTypeName("move.Counter")
+            answers.append(
+                await remote.request(stale, zl.SpotId("c-7"), Stall(), Count, {}, counter, deadline)
+            )
+
+        async def shut_down() -> None:
+            await source.host.shutdown()
+            stopped.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask_the_stale_route)
+            with trio.fail_after(10):
+                await stalled.wait()
+            nursery.start_soon(shut_down)
+            # Twenty quiet periods: long enough for a shutdown that did not wait to end.
+            with trio.move_on_after(1.0):
+                await stopped.wait()
+            assert not stopped.is_set(), "the source stopped with a relayed request open"
+            go_on.set()
+        assert stopped.is_set()
+    assert 1 == len(answers)
+    assert isinstance(answers[0], Count)
+    assert 1 == answers[0].value

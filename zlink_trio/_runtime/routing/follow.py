@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 import trio
 
@@ -26,7 +27,7 @@ from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._wire import Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
-from zlink_trio.ids import ActorId, NodeRid, SpotId
+from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
 
 __all__ = ["Moved", "relay_followed"]
 
@@ -49,6 +50,9 @@ class Moved:
         self._relaying: dict[SpotId | ActorId, trio.Event] = {}
         """Units whose move told the target to open and still relays what reached them here
         (``relaying_after_open`` until ``relayed``)."""
+        self._in_flight = 0
+        """Relayed requests whose answer has not come back yet (``answer_awaited``)."""
+        self._answered = trio.Event()
 
     def follow(self, unit: SpotId | ActorId, owner: NodeRid) -> None:
         """``unit`` moved to ``owner``: follow it from now on, for the window."""
@@ -95,10 +99,45 @@ class Moved:
         self._last_relay = now
         return remote, Owner(owner)
 
+    @contextmanager
+    def answer_awaited(self) -> Iterator[None]:
+        """Around a relayed request's wait for the new owner's answer: the quiet wait waits for
+        it too, so a shutdown does not end it with ``SHUTTING_DOWN`` (RELOC-69)."""
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._answered.set()
+                self._answered = trio.Event()
+
+    async def request(
+        self,
+        followed: tuple[Remote, Owner],
+        target: SpotId | ActorId,
+        message: object,
+        reply_type: type,
+        metadata: Mapping[str, str],
+        instance: StableTypeName | None,
+        deadline: float,
+    ) -> object:
+        """Relay a request of this host's for a moved unit (``followed(target)``) as this
+        host's own request to its new owner, its answer awaited (``answer_awaited``)."""
+        relay, owner = followed
+        with self.answer_awaited():
+            return await relay.request(
+                owner, target, message, reply_type, metadata, instance, deadline
+            )
+
     async def wait_quiet(self, quiet: float) -> None:
-        """Return once no work for a moved unit has reached this host for ``quiet`` seconds, or
-        once nothing is followed any more (RELOC-69): the senders' routes have caught up."""
-        while self._moved:
+        """Return once no work for a moved unit has reached this host for ``quiet`` seconds and
+        every relayed request has its answer, or once nothing is followed any more and no
+        relayed request waits (RELOC-69): the senders' routes have caught up."""
+        while self._moved or self._in_flight:
+            if self._in_flight:
+                await self._answered.wait()
+                continue
             left = self._last_relay + quiet - trio.current_time()
             if left <= 0:
                 return
@@ -113,6 +152,7 @@ class Moved:
 
 async def relay_followed(
     node: LocalNode,
+    moved: Moved,
     followed: tuple[Remote, Owner],
     message: Send | Request,
     reply: Callable[[Request, object], None],
@@ -145,9 +185,17 @@ async def relay_followed(
         on_submitted = starts_once(task_status)
 
         try:
-            result: object = await relay.request(
-                owner, request.target, decoded, object, metadata, instance, deadline, on_submitted
-            )
+            with moved.answer_awaited():
+                result: object = await relay.request(
+                    owner,
+                    request.target,
+                    decoded,
+                    object,
+                    metadata,
+                    instance,
+                    deadline,
+                    on_submitted,
+                )
         except ZLinkError as error:
             result = error
         finally:

@@ -122,7 +122,8 @@ class Inbound:
         followed = self._messaging.moved.followed(message.target, self._remote)
         if followed is not None and message.message_type.value not in _FRAMEWORK:
             reply = partial(self._reply, origin)
-            await relay_followed(self._node, followed, message, reply, self._nursery)
+            moved = self._messaging.moved
+            await relay_followed(self._node, moved, followed, message, reply, self._nursery)
             return
         if type(message) is Send:
             await self._inbound_send(origin, message)

@@ -183,10 +183,9 @@ class Messaging:
         if not local and self.reroutes.waiting and spot_id in self.spots.activations:
             await self.reroutes.settle(self.remote, spot_id, node.node_rid, deadline)
         if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
-            relay, moved_to = followed
             type_name = self._type_of(instance)
-            return await relay.request(
-                moved_to, spot_id, message, reply_type, metadata, type_name, deadline
+            return await self.moved.request(
+                followed, spot_id, message, reply_type, metadata, type_name, deadline
             )
         await job_permit(node, deadline, spot_id)
         held = True
@@ -360,9 +359,8 @@ class Messaging:
         if not local and self.reroutes.waiting and actor_id in self.actors.actors:
             await self.reroutes.settle(remote, actor_id, node.node_rid, deadline)
         if local and (followed := self.moved.followed(actor_id, remote)) is not None:
-            relay, moved_to = followed
-            return await relay.request(
-                moved_to, actor_id, message, reply_type, metadata, None, deadline
+            return await self.moved.request(
+                followed, actor_id, message, reply_type, metadata, None, deadline
             )
         if not local and remote is not None and actor_id not in self.actors.actors:
             owner = await self._owner_of(remote, actor_id, deadline)
