@@ -202,6 +202,16 @@ async def _meet(one: TestHost, other: TestHost) -> None:
         await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
 
 
+async def _sealing(host: TestHost, actor_id: str) -> None:
+    """Return once ``host``'s relocation began to seal Actor ``actor_id`` (its hold is set):
+    the relocation first waits for its node record to land (RELOC-72), so a test cannot take
+    "every task blocked" for "the seal began"."""
+    actor = host.host._tree.actors.actors[zl.ActorId(actor_id)]  # type: ignore[union-attr]
+    with trio.fail_after(10):
+        while actor.hold is None:  # noqa: ASYNC110  # the runtime has no event for a seal
+            await trio.sleep(0.001)
+
+
 @pytest.mark.spec("RELOC-61", "RELOC-23")
 async def test_an_entry_actor_moves_with_its_state_and_generation(store_dsn: str) -> None:
     """A Wallet with an adapter and a Visitor made anew: after the source relocates, both answer
@@ -284,7 +294,7 @@ async def test_what_waited_in_an_actors_queue_runs_on_the_target_in_order(
                 results.append(await source.host.relocate(deadline=20.0))
 
             nursery.start_soon(relocate)
-            await trio.testing.wait_all_tasks_blocked()
+            await _sealing(source, "w-2")
             go_on.set()
         assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
         assert (1, source.node_rid.value) == (answers["stall"].value, answers["stall"].node)
@@ -357,7 +367,7 @@ async def test_an_actors_early_sender_is_not_served_before_the_relay(store_dsn: 
                 results.append(await source.host.relocate(deadline=20.0))
 
             nursery.start_soon(relocate)
-            await trio.testing.wait_all_tasks_blocked()
+            await _sealing(source, "w-3")
             go_on.set()
         assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
         await _get(target, "w-3").submit()  # queued behind "after" on the target
@@ -416,7 +426,7 @@ async def test_a_user_spot_moves_with_its_member_actors(store_dsn: str) -> None:
                 results.append(await source.host.relocate(deadline=20.0))
 
             nursery.start_soon(relocate)
-            await trio.testing.wait_all_tasks_blocked()
+            await _sealing(source, "m-1")
             go_on.set()
         assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
         moved_to = target.node_rid.value

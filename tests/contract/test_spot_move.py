@@ -14,9 +14,10 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
-from zlink_trio._integration.store import Applied, Batch
+from zlink_trio._integration.store import Applied, Batch, Found
 from zlink_trio._runtime.declarations.system import RelocateAnswer
 from zlink_trio._runtime.host import tree
+from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio.ids import StableTypeName
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -129,6 +130,16 @@ async def _meet(one: TestHost, other: TestHost) -> None:
         await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
 
 
+async def _sealing(host: TestHost, spot_id: str) -> None:
+    """Return once ``host``'s relocation began to seal Spot ``spot_id`` (its hold is set): the
+    relocation first waits for its node record to land (RELOC-72), so a test cannot take
+    "every task blocked" for "the seal began"."""
+    activation = host.host._tree.spots.activations[zl.SpotId(spot_id)]  # type: ignore[union-attr]
+    with trio.fail_after(10):
+        while activation.hold is None:  # noqa: ASYNC110  # the runtime has no event for a seal
+            await trio.sleep(0.001)
+
+
 @pytest.mark.spec("RELOC-47", "RELOC-7", "RELOC-23", "RELOC-13")
 async def test_a_spot_moves_with_its_state_and_generation(store_dsn: str) -> None:
     """An Instance Spot with an adapter and a User Spot made anew: after the source relocates,
@@ -212,7 +223,7 @@ async def test_what_waited_at_the_seal_is_answered_from_the_target_in_order(
                 results.append(await source.host.relocate(deadline=20.0))
 
             nursery.start_soon(relocate)
-            await trio.testing.wait_all_tasks_blocked()
+            await _sealing(source, "c-2")
             go_on.set()
         assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
         assert Count(1, source.node_rid.value) == answers["stall"]
@@ -380,7 +391,7 @@ async def test_a_sender_that_learns_the_new_owner_early_is_not_served_before_the
                 results.append(await source.host.relocate(deadline=20.0))
 
             nursery.start_soon(relocate)
-            await trio.testing.wait_all_tasks_blocked()
+            await _sealing(source, "c-3")
             go_on.set()
         assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
         # Queued behind "after" on the target: answered once all three ran.
@@ -632,3 +643,48 @@ async def test_a_relocated_hosts_shutdown_waits_for_the_answer_of_a_request_it_r
     assert 1 == len(answers)
     assert isinstance(answers[0], Count)
     assert 1 == answers[0].value
+
+
+@pytest.mark.spec("RELOC-72")
+async def test_a_relocation_seals_its_first_unit_once_its_record_says_relocating(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source's node record is row-locked by the test, so its ``relocating`` write cannot
+    land; the adapter's capture of the first (and only) unit reads the record. The lock goes
+    once the capture ran or half a second passed (a relocation that waits cannot capture
+    before): the capture saw ``relocating``, never ``serving``."""
+    seen: list[str] = []
+    captured = trio.Event()
+    capture = CounterState.capture
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        key = f"m/{source.mesh.value}/node/{source.node_rid.value}"
+
+        async def looking(self: CounterState, spot: Counter) -> bytes:
+            found = await stores.location.read(key)
+            assert isinstance(found, Found)
+            seen.append(NodeRecord.decode(found.value).state)
+            captured.set()
+            return await capture(self, spot)
+
+        monkeypatch.setattr(CounterState, "capture", looking)
+        await _meet(source, target)
+        await source.route.send_to_spot("c-3", Add(1)).instance_spot("move.Counter").submit()
+        blocker = await stores.database.begin(isolation="read_committed")
+        try:
+            await blocker.execute(
+                "SELECT 1 FROM zlink_location_record "
+                f"WHERE key = '\\x{key.encode().hex()}'::bytea FOR UPDATE"
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(source.host.relocate)
+                with trio.move_on_after(0.5):
+                    await captured.wait()
+                await blocker.close()
+        finally:
+            await blocker.close()
+        assert zl.HostStatus.RELOCATED == source.host.status
+    assert ["relocating"] == seen

@@ -204,3 +204,37 @@ async def test_the_fence_counts_from_when_the_renewal_began_not_when_it_answered
     await lease.publish(first=True)
     assert began + 3.0 == trio.current_time()
     assert began + LEASE - fence_margin(LEASE) == fence.until
+
+
+@pytest.mark.spec("RELOC-72")
+async def test_published_returns_once_a_successful_write_carried_the_change(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """On a clock the test moves, writes taking 2 s: a state change's first write fails, the
+    retry 0.6 s later lands; ``published()`` returns when that retry landed, not at the failed
+    write, and a load change alone leaves nothing to wait for."""
+    mock_clock.autojump_threshold = 0
+    store = _FailingRenewals(failing={2})
+    record = NodeRecord(NodeRid("n1"), NodeGeneration.new())
+    lease = NodeLease(
+        store,
+        MeshName("m"),
+        "m/m/node/n1",
+        record,
+        lease=LEASE,
+        renew_every=3.0,
+        fence=Fence(LEASE),
+    )
+    await lease.publish(first=True)
+    store.delay = 2.0
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lease.renew_loop)
+        lease.revise({"load": 3})
+        began = trio.current_time()
+        await lease.published()
+        assert began == trio.current_time()  # nothing urgent was waiting
+        lease.revise({"state": "relocating"})
+        await lease.published()
+        assert began + 2.0 + 0.6 + 2.0 == trio.current_time()
+        assert [began, began + 2.6] == store.tried[1:]
+        nursery.cancel_scope.cancel()

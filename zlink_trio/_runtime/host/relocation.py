@@ -28,9 +28,10 @@ blocked relocation shuts the host down, and a host that was RELOCATING serves ag
 SHUT-3.11).
 Rule 6: with a target found, the host becomes RELOCATING and moves its Spots, each User Spot
 with its member Actors, then the Actors of the Entry Spot (host/moving.py), ``MOVES_AT_ONCE``
-at a time; the first that stays here ends the operation with its reason once the moves under way
-have ended, what moved stays moved and the host serves again (SHUT-3.10). A target must serve
-every type to move (its node record lists the Spot and Actor types it serves).
+at a time, once its node record says RELOCATING (or the deadline came); the first that stays
+here ends the operation with its reason once the moves under way have ended, what moved stays
+moved and the host serves again (SHUT-3.10). A target must serve every type to move (its node
+record lists the Spot and Actor types it serves).
 """
 
 from __future__ import annotations
@@ -234,6 +235,11 @@ class Relocator:
         assert remote is not None  # bound with the membership
         assert moved is not None
         self._stop_placing(RELOCATING, HostStatus.RELOCATING)
+        if self.membership is not None:
+            # The record says RELOCATING before the first seal: peers stop placing here, and
+            # the first commits do not share the store with that write (Rule 6).
+            with trio.move_on_at(deadline):
+                await self.membership.published()
         stayed: list[RelocationReason] = []
         room = trio.Semaphore(MOVES_AT_ONCE)
 

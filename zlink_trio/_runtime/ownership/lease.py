@@ -21,6 +21,9 @@ Rule 4: a lease once lost stays lost. Each successful renewal moves the run's fe
 (``fence.py``); a renewal that finds the record gone or another run's never writes it again:
 the run is lost, the fence closes for good and ``renew_loop`` raises ``UNAVAILABLE``, which ends
 the host's run (MESH-21, MESH-22).
+Rule 5: a change can be awaited. ``published()`` returns once a successful write carried every
+urgent change made before the call (a relocation starts moving only once its record says
+RELOCATING, so that its first commit does not share the store with that write).
 """
 
 from __future__ import annotations
@@ -94,6 +97,12 @@ class NodeLease:
         self._version: int | None = None
         self._attempted = False
         self._prompt = trio.Event()
+        self._revision = 0
+        """How often ``revise`` changed what this run publishes."""
+        self._landed_revision = -1
+        """The revision that the last successful write carried."""
+        self._landed = trio.Event()
+        """Set, and replaced, at each successful write."""
 
     @property
     def record(self) -> NodeRecord:
@@ -107,7 +116,14 @@ class NodeLease:
         urgent = attrs.evolve(updated, load=self._record.load) != self._record
         self._record = updated
         if urgent:
+            self._revision += 1
             self._prompt.set()
+
+    async def published(self) -> None:
+        """Return once a write carried every urgent change revised so far (Rule 5)."""
+        wanted = self._revision
+        while self._landed_revision < wanted:
+            await self._landed.wait()
 
     def _is_own(self, raw: bytes) -> bool:
         record = decode_or_none(raw)
@@ -121,7 +137,7 @@ class NodeLease:
         """Write the own record (Rule 2, Rule 3); a success moves the fence (Rule 4)."""
         key = self._key
         for _ in range(_WRITE_ROUNDS):
-            record = self._record
+            record, revision = self._record, self._revision
             condition = IfMissing(key) if self._version is None else IfVersion(key, self._version)
             self._attempted = True
             started = trio.current_time()
@@ -129,6 +145,9 @@ class NodeLease:
             if isinstance(written, Applied):
                 self._version = written.versions[0]
                 self._fence.renewed(started)
+                self._landed_revision = revision
+                self._landed.set()
+                self._landed = trio.Event()
                 if record is self._record:
                     # What prompted a write is in this one: no second write follows at once.
                     self._prompt = trio.Event()

@@ -207,6 +207,10 @@ class Membership:
         }
         self._own.revise(changes)
 
+    async def published(self) -> None:
+        """Return once the store holds every change ``update`` made so far but the load."""
+        await self._own.published()
+
     # --- the run -------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
