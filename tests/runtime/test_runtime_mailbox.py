@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from zlink_trio._runtime.engines.mailbox import JobPermits, Mailbox
+from zlink_trio._runtime.engines.mailbox import TAKEN_PER_CHECKPOINT, Burst, JobPermits, Mailbox
 from zlink_trio.errors import ErrorKind, ZLinkError
 
 
@@ -86,3 +86,58 @@ async def test_close_ends_a_wait_for_a_permit_with_false_and_no_permit() -> None
     permits.release()
     assert await permits.acquire()
     assert 0 == permits.available
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts the steps of one task: each is a run until its next checkpoint that yields."""
+
+    def __init__(self) -> None:
+        self.task: trio.lowlevel.Task | None = None
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+
+
+@pytest.mark.spec("SPOT-95")
+async def test_a_burst_takes_what_is_queued_without_a_checkpoint_32_at_most_in_a_row() -> None:
+    """70 queued items, taken by a ``Burst`` in a task of its own: the task runs in 3 steps (32
+    taken without a checkpoint, then the channel wait that is one, twice, then the last 4), in
+    order; without bursts it would take 70 steps, without the bound 1."""
+    mailbox: Mailbox[int] = Mailbox(100)
+    for number in range(70):
+        mailbox.offer(number, "spot room-1")
+    taken: list[int] = []
+    steps = _Steps()
+
+    async def serve() -> None:
+        steps.task, steps.steps = trio.lowlevel.current_task(), 1  # this step counts
+        burst = Burst(mailbox)
+        for _ in range(70):
+            taken.append(await burst.take())
+
+    trio.lowlevel.add_instrument(steps)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve)
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert list(range(70)) == taken
+    assert 3 == steps.steps
+    assert 32 == TAKEN_PER_CHECKPOINT
+
+
+@pytest.mark.spec("SPOT-95")
+async def test_a_burst_waits_in_the_channel_when_nothing_is_queued() -> None:
+    """An empty mailbox: ``take`` waits for the next item and ends with ``EndOfChannel`` once
+    the mailbox is closed and empty."""
+    mailbox: Mailbox[int] = Mailbox(4)
+    burst = Burst(mailbox)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(burst.take)
+        await trio.testing.wait_all_tasks_blocked()
+        mailbox.offer(7, "spot room-1")
+    mailbox.close()
+    with pytest.raises(trio.EndOfChannel):
+        await burst.take()

@@ -65,6 +65,7 @@ from zlink_trio._runtime.declarations.values import (
 )
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
+from zlink_trio._runtime.engines.mailbox import Burst
 from zlink_trio._runtime.node.envelope import (
     Envelope,
     expired,
@@ -195,16 +196,17 @@ class ActorActivation(ActorIngress):
 
     async def run(self) -> None:
         """The lane: turns in queue order, each followed by the joins it deferred (Rules 1, 3)."""
-        front, receive = self.front, self.mailbox.receive.receive
+        front, burst = self.front, Burst(self.mailbox)  # mailbox.py Rule 4
         try:
             with self._turns:
                 while True:
                     if front:
                         envelope, permit = front.popleft()
                         await trio.lowlevel.checkpoint()
+                        burst.checkpointed()
                     else:
                         try:
-                            envelope = await receive()
+                            envelope = await burst.take()
                         except trio.EndOfChannel:
                             break
                         if envelope is WAKE:

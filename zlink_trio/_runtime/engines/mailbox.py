@@ -17,6 +17,11 @@ every wait for a permit, and closing a mailbox ends every wait for room in it; e
 with ``False`` and the caller names the error: ``SHUTTING_DOWN`` when its host stopped
 admitting, ``UNAVAILABLE`` when the target closed before admitting the message, never the
 ``NOT_FOUND`` of a target that never existed (CMP-7.9, CMP-7.10).
+Rule 4: a burst costs one wake-up. The task that serves a mailbox takes what is queued already
+without a checkpoint (``Burst``), ``TAKEN_PER_CHECKPOINT`` items in a row at most, and waits in
+the channel (a checkpoint) only when it is empty or that many were taken: a sender that fills the
+mailbox while the server runs is served with one switch per burst instead of one per message,
+and no server keeps the loop longer than that many turns without a checkpoint of its own.
 Rule 2: exactly one release per permit. Whoever takes an envelope out of a mailbox (the turn
 that starts it, the drop at closing, the failure of what was left) releases its permit once; an
 envelope that never entered a mailbox gives its permit back at once.
@@ -30,9 +35,12 @@ import trio
 
 from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["JobPermits", "Mailbox"]
+__all__ = ["TAKEN_PER_CHECKPOINT", "Burst", "JobPermits", "Mailbox"]
 
 T = TypeVar("T")
+
+TAKEN_PER_CHECKPOINT = 32
+"""Most items a ``Burst`` takes in a row without a checkpoint (Rule 4)."""
 
 
 class JobPermits:
@@ -150,3 +158,33 @@ class Mailbox(Generic[T]):
                 taken.append(self._receive.receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return taken
+
+
+class Burst(Generic[T]):
+    """How the one task that serves a mailbox takes its items (Rule 4)."""
+
+    __slots__ = ("_left", "_nowait", "_receive")
+
+    def __init__(self, mailbox: Mailbox[T]) -> None:
+        self._receive = mailbox.receive.receive
+        self._nowait = mailbox.receive.receive_nowait
+        self._left = TAKEN_PER_CHECKPOINT
+
+    async def take(self) -> T:
+        """The next item: at once while one is queued and the run of items taken without a
+        checkpoint is short enough, else a wait in the channel; ``trio.EndOfChannel`` once the
+        mailbox is closed and empty."""
+        if self._left:
+            try:
+                item = self._nowait()
+            except trio.WouldBlock:
+                pass
+            else:
+                self._left -= 1
+                return item
+        self._left = TAKEN_PER_CHECKPOINT
+        return await self._receive()
+
+    def checkpointed(self) -> None:
+        """The server passed a checkpoint of its own: the run starts over."""
+        self._left = TAKEN_PER_CHECKPOINT

@@ -85,6 +85,7 @@ from zlink_trio._runtime.declarations.registry import SpotType
 from zlink_trio._runtime.declarations.values import SpotClosingContext, SpotCreateResponse
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
+from zlink_trio._runtime.engines.mailbox import Burst
 from zlink_trio._runtime.engines.timers import TickDeferred, TimerTick
 from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, handler_failed, reply
 from zlink_trio._runtime.ownership.authority import Claim, Held
@@ -397,20 +398,21 @@ class Activation(SpotIngress):
 
         permits = self.node.jobs
         front = self.front
-        receive = self.mailbox.receive.receive
+        burst = Burst(self.mailbox)  # one wake-up serves what is queued (mailbox.py Rule 4)
         while True:
             if front:  # served before the mailbox (ingress.py Rule 1)
                 envelope, permit = front.popleft()
                 await trio.lowlevel.checkpoint()
+                burst.checkpointed()
             else:
                 try:
-                    envelope = await receive()
+                    envelope = await burst.take()
                 except trio.EndOfChannel:
                     return
                 if envelope is WAKE:
                     continue
                 permit = True
-            # Receiving was this message's checkpoint; a free gate is taken without another.
+            # A free gate is taken without a checkpoint.
             if not self._drop_admitted and not self.gate.try_acquire():
                 try:
                     await self.gate.acquire()
