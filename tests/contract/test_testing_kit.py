@@ -16,7 +16,17 @@ import pytest
 import trio
 
 import zlink_trio as zl
-from zlink_trio._integration.store import Missing, ScanPage, Stores
+from zlink_trio._integration.store import (
+    Batch,
+    Found,
+    IfMissing,
+    Missing,
+    Put,
+    ScanPage,
+    Stores,
+)
+from zlink_trio._runtime.ownership.authority import READY, GenerationCounter, SpotRecord
+from zlink_trio.ids import NodeGeneration, ObjectGeneration, SpotKind, StableTypeName
 from zlink_trio.testing import (
     VirtualClock,
     open_test_host,
@@ -378,6 +388,47 @@ async def test_a_mesh_the_kit_named_leaves_nothing_in_the_store(store_dsn: str) 
         assert [] == await _keys(stores, alone)
         assert [] == await _keys(stores, paired)
         assert f"m/{own}/generation/room" in await _keys(stores, own)
+
+
+@pytest.mark.spec("KIT-12")
+async def test_the_actors_of_a_mesh_the_kit_named_are_cleared_with_it(store_dsn: str) -> None:
+    """A kit-named mesh created Actors ``only`` and ``shared``, and a mesh the test named
+    created ``shared`` after it; a crashed host's record of Actor ``left`` names the kit's mesh.
+    Once the pool closed: ``only``'s counter and ``left``'s record are gone, and ``shared``'s
+    counter lists the test's mesh alone, with its generation as it was."""
+    tag = uuid.uuid4().hex[:8]
+    only, shared, left = f"only-{tag}", f"shared-{tag}", f"left-{tag}"
+    own = f"kit-own-{tag}"
+    async with open_test_stores(store_dsn) as stores:
+        async with open_test_host(app, dsn=store_dsn, stores=stores) as host:
+            finished = host.mesh
+            for actor_id in (only, shared):
+                await host.actors.create(actor_id, "kit.Waiter").submit()
+            planted = SpotRecord(
+                host.node_rid,
+                NodeGeneration.new(),
+                ObjectGeneration(1),
+                SpotKind.INVALID,
+                StableTypeName("kit.Waiter"),
+                READY,
+                finished,
+            )
+            key = f"actor/{left}"
+            await stores.location.write(Batch([IfMissing(key)], [Put(key, planted.encode())]))
+        async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=own) as host:
+            await host.actors.create(shared, "kit.Waiter").submit()
+        before = await stores.location.read(f"actor-generation/{shared}")
+        assert isinstance(before, Found)
+        assert {finished, zl.MeshName(own)} == GenerationCounter.decode(before.value).meshes
+    async with open_test_stores(store_dsn) as stores:
+        location = stores.location
+        assert isinstance(await location.read(f"actor-generation/{only}"), Missing)
+        assert isinstance(await location.read(f"actor/{left}"), Missing)
+        after = await location.read(f"actor-generation/{shared}")
+        assert isinstance(after, Found)
+        counter = GenerationCounter.decode(after.value)
+        assert {zl.MeshName(own)} == counter.meshes
+        assert GenerationCounter.decode(before.value).last == counter.last
 
 
 @pytest.mark.spec("KIT-12")

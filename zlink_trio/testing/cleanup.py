@@ -11,6 +11,13 @@ there any more.
 Rule 2: clearing is a scan of ``m/<mesh>/`` and unconditional deletes in batches; a scan whose
 snapshot expired is started again. It never fails the test: a store error is logged and the
 records stay (they are harmless, only wasted space).
+Rule 3: Actors are cleared too. Their keys carry no mesh (``actor/<id>``, and the counter
+``actor-generation/<id>`` that lists every mesh that claimed the id): an Actor record that
+names a finished mesh is deleted, a counter only finished meshes used is deleted, and one that
+other meshes used too is rewritten without the finished ones (they rely on its generations),
+as ``store retire`` does. Each change is conditional on the version read, so a claim racing the
+clearing keeps its record and counter (that change is skipped); a counter of unknown meshes
+stays.
 """
 
 from __future__ import annotations
@@ -20,8 +27,19 @@ from collections.abc import Iterable
 
 import trio
 
-from zlink_trio._integration.store import Batch, Delete, Expired, LocationStore
+from zlink_trio._integration.store import (
+    Applied,
+    Batch,
+    Delete,
+    Expired,
+    IfVersion,
+    LocationStore,
+    Put,
+    Record,
+)
+from zlink_trio._runtime.ownership.authority import GenerationCounter, SpotRecord
 from zlink_trio.errors import ZLinkError
+from zlink_trio.ids import MeshName
 
 __all__ = ["CLEAR_EVERY", "CLEAR_LIMIT", "clear_meshes"]
 
@@ -39,24 +57,70 @@ _AT_ONCE = 4
 """Meshes scanned at once (each scan holds one pool connection)."""
 
 
-async def _keys_of(location: LocationStore, prefix: str) -> list[str]:
+async def _records_of(location: LocationStore, prefix: str) -> list[Record]:
     for _ in range(_RESTARTS):
-        keys: list[str] = []
+        records: list[Record] = []
         cursor: str | None = None
         while True:
             page = await location.scan(prefix, _PAGE, cursor)
             if isinstance(page, Expired):
                 break
-            keys.extend(record.key for record in page.records)
+            records.extend(page.records)
             if page.cursor is None:
-                return keys
+                return records
             cursor = page.cursor
     return []
 
 
+async def _keys_of(location: LocationStore, prefix: str) -> list[str]:
+    return [record.key for record in await _records_of(location, prefix)]
+
+
+_Change = tuple[IfVersion, Put | Delete]
+
+
+async def _actor_changes(location: LocationStore, finished: set[MeshName]) -> list[_Change]:
+    """Rule 3: the Actor records and counters of the finished meshes, each on its version."""
+    changes: list[_Change] = []
+    for record in await _records_of(location, "actor/"):
+        try:
+            owner = SpotRecord.decode(record.value)
+        except Exception:  # a record of another shape names no mesh of ours
+            continue
+        if owner.mesh in finished:
+            changes.append((IfVersion(record.key, record.version), Delete(record.key)))
+    for record in await _records_of(location, "actor-generation/"):
+        try:
+            counter = GenerationCounter.decode(record.value)
+        except Exception:  # cbor2 and MeshName raise several types; what we cannot read stays
+            continue
+        if counter.meshes is None or not counter.meshes & finished:
+            continue
+        others = counter.meshes - finished
+        change: Put | Delete = (
+            Put(record.key, GenerationCounter(counter.last, others).encode())
+            if others
+            else Delete(record.key)
+        )
+        changes.append((IfVersion(record.key, record.version), change))
+    return changes
+
+
+async def _write_changes(location: LocationStore, changes: list[_Change]) -> None:
+    """In batches; a batch that meets a changed record is written change by change, and the
+    changes whose record changed are left out (Rule 3)."""
+    for start in range(0, len(changes), _BATCH):
+        chunk = changes[start : start + _BATCH]
+        written = await location.write(Batch([c for c, _ in chunk], [m for _, m in chunk]))
+        if not isinstance(written, Applied):
+            for condition, mutation in chunk:
+                await location.write(Batch([condition], [mutation]))
+
+
 async def clear_meshes(location: LocationStore, meshes: Iterable[str]) -> int:
-    """Delete every record under ``m/<mesh>/`` of each finished mesh (Rules 1, 2); returns how
-    many were deleted."""
+    """Delete every record under ``m/<mesh>/`` of each finished mesh, and their Actors' records
+    and counters (Rules 1-3); returns how many keys were deleted or rewritten."""
+    meshes = list(meshes)
     keys: list[str] = []
     limit = trio.CapacityLimiter(_AT_ONCE)
 
@@ -71,9 +135,11 @@ async def clear_meshes(location: LocationStore, meshes: Iterable[str]) -> int:
         for start in range(0, len(keys), _BATCH):
             chunk = keys[start : start + _BATCH]
             await location.write(Batch([], [Delete(key) for key in chunk]))
+        actors = await _actor_changes(location, {MeshName(mesh) for mesh in meshes})
+        await _write_changes(location, actors)
     except (ZLinkError, ExceptionGroup) as failed:
         if isinstance(failed, ExceptionGroup) and failed.split(ZLinkError)[1] is not None:
             raise
         _log.warning("could not clear finished test meshes from the store: %s", failed)
         return 0
-    return len(keys)
+    return len(keys) + len(actors)
