@@ -20,7 +20,7 @@ batches of at most 500 keys, so a large mesh shows it is moving.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import trio
@@ -37,7 +37,7 @@ from zlink_trio._integration.store import (
     open_stores,
 )
 from zlink_trio._integration.store.config import describe_dsn
-from zlink_trio._runtime.ownership.authority import GenerationCounter, SpotRecord
+from zlink_trio._runtime.ownership.records import actor_leftovers
 from zlink_trio.errors import ConfigurationError, ZLinkError
 from zlink_trio.ids import MeshName
 
@@ -89,7 +89,7 @@ Change = tuple[IfVersion | None, Put | Delete]
 
 
 async def _apply(
-    stores: Stores, changes: list[Change], verb: str, say: Callable[[str], None]
+    stores: Stores, changes: Sequence[Change], verb: str, say: Callable[[str], None]
 ) -> int:
     """Write ``changes`` in batches of ``_BATCH``; a condition that fails stops everything."""
     done = 0
@@ -107,42 +107,6 @@ async def _apply(
     return done
 
 
-async def _actor_records(stores: Stores, mesh: MeshName) -> list[Change]:
-    """The deletions of the Actor records that name ``mesh``, each on the version read."""
-    changes: list[Change] = []
-    for record in await _scan(stores, "actor/"):
-        try:
-            owner = SpotRecord.decode(record.value)
-        except Exception:  # a record of another shape names no mesh of ours
-            continue
-        if owner.mesh == mesh:
-            changes.append((IfVersion(record.key, record.version), Delete(record.key)))
-    return changes
-
-
-async def _actor_counters(stores: Stores, mesh: MeshName) -> tuple[list[Change], list[Change]]:
-    """The Actor counters that list ``mesh``: deletions of those it alone used and rewrites
-    without it of the others, each on the version read (Rule 2). A counter of unknown meshes
-    (the plain int form) or one that does not decode is kept."""
-    deleted: list[Change] = []
-    rewritten: list[Change] = []
-    for record in await _scan(stores, "actor-generation/"):
-        try:
-            counter = GenerationCounter.decode(record.value)
-        except Exception:  # cbor2 and MeshName raise several types; what we cannot read stays
-            continue
-        if counter.meshes is None or mesh not in counter.meshes:
-            continue
-        condition = IfVersion(record.key, record.version)
-        others = counter.meshes - {mesh}
-        if others:
-            kept = GenerationCounter(counter.last, others)
-            rewritten.append((condition, Put(record.key, kept.encode())))
-        else:
-            deleted.append((condition, Delete(record.key)))
-    return deleted, rewritten
-
-
 async def _retire(
     dsn: str, mesh: MeshName, silence: float, say: Callable[[str], None]
 ) -> dict[str, int]:
@@ -156,8 +120,13 @@ async def _retire(
         mesh_keys: list[Change] = [
             (IfVersion(key, nodes[key]) if key in nodes else None, Delete(key)) for key in keys
         ]
-        records = await _actor_records(stores, mesh)
-        counters_deleted, counters_rewritten = await _actor_counters(stores, mesh)
+        actors = actor_leftovers(
+            await _scan(stores, "actor/"),
+            await _scan(stores, "actor-generation/"),
+            frozenset({mesh}),
+        )
+        records = actors.records
+        counters_deleted, counters_rewritten = actors.counters_deleted, actors.counters_rewritten
         say(
             f"deleting {len(keys)} key(s) of mesh {mesh.value}, {len(records)} Actor record(s) "
             f"naming it and {len(counters_deleted)} Actor counter(s) only it used; rewriting "

@@ -32,12 +32,10 @@ from zlink_trio._integration.store import (
     Batch,
     Delete,
     Expired,
-    IfVersion,
     LocationStore,
-    Put,
     Record,
 )
-from zlink_trio._runtime.ownership.authority import GenerationCounter, SpotRecord
+from zlink_trio._runtime.ownership.records import Change, actor_leftovers
 from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import MeshName
 
@@ -76,37 +74,17 @@ async def _keys_of(location: LocationStore, prefix: str) -> list[str]:
     return [record.key for record in await _records_of(location, prefix)]
 
 
-_Change = tuple[IfVersion, Put | Delete]
-
-
-async def _actor_changes(location: LocationStore, finished: set[MeshName]) -> list[_Change]:
+async def _actor_changes(location: LocationStore, finished: set[MeshName]) -> list[Change]:
     """Rule 3: the Actor records and counters of the finished meshes, each on its version."""
-    changes: list[_Change] = []
-    for record in await _records_of(location, "actor/"):
-        try:
-            owner = SpotRecord.decode(record.value)
-        except Exception:  # a record of another shape names no mesh of ours
-            continue
-        if owner.mesh in finished:
-            changes.append((IfVersion(record.key, record.version), Delete(record.key)))
-    for record in await _records_of(location, "actor-generation/"):
-        try:
-            counter = GenerationCounter.decode(record.value)
-        except Exception:  # cbor2 and MeshName raise several types; what we cannot read stays
-            continue
-        if counter.meshes is None or not counter.meshes & finished:
-            continue
-        others = counter.meshes - finished
-        change: Put | Delete = (
-            Put(record.key, GenerationCounter(counter.last, others).encode())
-            if others
-            else Delete(record.key)
-        )
-        changes.append((IfVersion(record.key, record.version), change))
-    return changes
+    actors = actor_leftovers(
+        await _records_of(location, "actor/"),
+        await _records_of(location, "actor-generation/"),
+        frozenset(finished),
+    )
+    return [*actors.records, *actors.counters_deleted, *actors.counters_rewritten]
 
 
-async def _write_changes(location: LocationStore, changes: list[_Change]) -> None:
+async def _write_changes(location: LocationStore, changes: list[Change]) -> None:
     """In batches; a batch that meets a changed record is written change by change, and the
     changes whose record changed are left out (Rule 3)."""
     for start in range(0, len(changes), _BATCH):

@@ -3,9 +3,12 @@ and 2; the key layout is in authority.py's docstring)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 import cbor2
 
+from zlink_trio._integration.store import Delete, IfVersion, Put, Record
 from zlink_trio.ids import (
     MeshName,
     NodeGeneration,
@@ -15,7 +18,7 @@ from zlink_trio.ids import (
     StableTypeName,
 )
 
-__all__ = ["GenerationCounter", "SpotRecord"]
+__all__ = ["ActorLeftovers", "GenerationCounter", "SpotRecord", "actor_leftovers"]
 
 
 @attrs.frozen
@@ -98,3 +101,52 @@ class GenerationCounter:
         among the meshes unless they are unknown (a plain counter stays plain)."""
         meshes = None if self.meshes is None else self.meshes | {mesh}
         return GenerationCounter(self.last + 1, meshes)
+
+
+Change = tuple[IfVersion, Put | Delete]
+"""One conditional write: the version it needs, and the put or delete."""
+
+
+@attrs.frozen
+class ActorLeftovers:
+    """What retiring some meshes changes among the Actors' keys, each on the version read."""
+
+    records: list[Change]
+    """Deletions of the Actor records that name one of the meshes."""
+    counters_deleted: list[Change]
+    """Deletions of the counters only those meshes used."""
+    counters_rewritten: list[Change]
+    """Rewrites, without those meshes, of the counters other meshes used too."""
+
+
+def actor_leftovers(
+    records: Iterable[Record], counters: Iterable[Record], meshes: frozenset[MeshName]
+) -> ActorLeftovers:
+    """The Actor records (``actor/``) and generation counters (``actor-generation/``) of
+    ``meshes``, for ``store retire`` and the testing kit's clearing: a counter of unknown meshes
+    (the plain int form), or a record or counter that does not decode, is left alone."""
+    deleted_records: list[Change] = []
+    for record in records:
+        try:
+            owner = SpotRecord.decode(record.value)
+        except Exception:  # a record of another shape names no mesh of ours
+            continue
+        if owner.mesh in meshes:
+            deleted_records.append((IfVersion(record.key, record.version), Delete(record.key)))
+    deleted: list[Change] = []
+    rewritten: list[Change] = []
+    for record in counters:
+        try:
+            counter = GenerationCounter.decode(record.value)
+        except Exception:  # cbor2 and MeshName raise several types; what we cannot read stays
+            continue
+        if counter.meshes is None or not counter.meshes & meshes:
+            continue
+        condition = IfVersion(record.key, record.version)
+        others = counter.meshes - meshes
+        if others:
+            kept = GenerationCounter(counter.last, others)
+            rewritten.append((condition, Put(record.key, kept.encode())))
+        else:
+            deleted.append((condition, Delete(record.key)))
+    return ActorLeftovers(deleted_records, deleted, rewritten)
