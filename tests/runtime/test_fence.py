@@ -124,6 +124,20 @@ class _FailingRenewals:
         return Applied((self._version,), datetime.now(UTC))
 
 
+def _lease(store: _FailingRenewals, fence: Fence | None = None) -> NodeLease:
+    """A lease of node ``n1`` in mesh ``m`` on ``store``, renewed every 3 s."""
+    record = NodeRecord(NodeRid("n1"), NodeGeneration.new())
+    return NodeLease(
+        store,
+        MeshName("m"),
+        "m/m/node/n1",
+        record,
+        lease=LEASE,
+        renew_every=3.0,
+        fence=Fence(LEASE) if fence is None else fence,
+    )
+
+
 @pytest.mark.spec("MESH-3")
 async def test_a_failed_renewal_is_tried_again_sooner_than_the_renewal_interval(
     mock_clock: trio.testing.MockClock,
@@ -132,11 +146,7 @@ async def test_a_failed_renewal_is_tried_again_sooner_than_the_renewal_interval(
     (lease + margin) / 20, and once one succeeds the interval is ``renew_every`` again."""
     mock_clock.autojump_threshold = 0
     store = _FailingRenewals(failing={2, 3})
-    record = NodeRecord(NodeRid("n1"), NodeGeneration.new())
-    fence = Fence(LEASE)
-    lease = NodeLease(
-        store, MeshName("m"), "m/m/node/n1", record, lease=LEASE, renew_every=3.0, fence=fence
-    )
+    lease = _lease(store)
     await lease.publish(first=True)
     with trio.move_on_after(3.0 + 0.6 + 0.6 + 3.0 + 1.0):
         await lease.renew_loop()
@@ -160,16 +170,7 @@ async def test_a_new_load_waits_for_the_renewal_while_a_new_state_is_written_at_
         return await write(batch)
 
     store.write = recording  # type: ignore[method-assign]  # the test records the writes
-    record = NodeRecord(NodeRid("n1"), NodeGeneration.new())
-    lease = NodeLease(
-        store,
-        MeshName("m"),
-        "m/m/node/n1",
-        record,
-        lease=LEASE,
-        renew_every=3.0,
-        fence=Fence(LEASE),
-    )
+    lease = _lease(store)
     await lease.publish(first=True)
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
@@ -196,10 +197,7 @@ async def test_the_fence_counts_from_when_the_renewal_began_not_when_it_answered
     store = _FailingRenewals(failing=set())
     store.delay = 3.0
     fence = Fence(LEASE)
-    record = NodeRecord(NodeRid("n1"), NodeGeneration.new())
-    lease = NodeLease(
-        store, MeshName("m"), "m/m/node/n1", record, lease=LEASE, renew_every=3.0, fence=fence
-    )
+    lease = _lease(store, fence)
     began = trio.current_time()
     await lease.publish(first=True)
     assert began + 3.0 == trio.current_time()
@@ -215,16 +213,7 @@ async def test_published_returns_once_a_successful_write_carried_the_change(
     write, and a load change alone leaves nothing to wait for."""
     mock_clock.autojump_threshold = 0
     store = _FailingRenewals(failing={2})
-    record = NodeRecord(NodeRid("n1"), NodeGeneration.new())
-    lease = NodeLease(
-        store,
-        MeshName("m"),
-        "m/m/node/n1",
-        record,
-        lease=LEASE,
-        renew_every=3.0,
-        fence=Fence(LEASE),
-    )
+    lease = _lease(store)
     await lease.publish(first=True)
     store.delay = 2.0
     async with trio.open_nursery() as nursery:
