@@ -148,15 +148,24 @@ class Check:
     pass
 
 
+def written_down(target: Holder) -> bytes:
+    """A Spot's or Actor's count and data, as they are."""
+    return target.count.to_bytes(8, "big") + target.data
+
+
+def read_back(target: Holder, payload: bytes) -> None:
+    target.count = int.from_bytes(payload[:8], "big")
+    target.data = payload[8:]
+
+
 class State(zl.SpotRelocationAdapter["Holder"]):
     """The Spot's count and data, as they are."""
 
     async def capture(self, target: Holder) -> bytes:
-        return target.count.to_bytes(8, "big") + target.data
+        return written_down(target)
 
     async def restore(self, target: Holder, payload: bytes) -> None:
-        target.count = int.from_bytes(payload[:8], "big")
-        target.data = payload[8:]
+        read_back(target, payload)
 
 
 class Holder:
@@ -195,11 +204,10 @@ class ActorState(zl.ActorRelocationAdapter["Agent"]):
     """An Actor's count and data, as they are."""
 
     async def capture(self, target: Agent) -> bytes:
-        return target.count.to_bytes(8, "big") + target.data
+        return written_down(target)
 
     async def restore(self, target: Agent, payload: bytes) -> None:
-        target.count = int.from_bytes(payload[:8], "big")
-        target.data = payload[8:]
+        read_back(target, payload)
 
 
 @app.actor("bench.Agent", relocation=zl.preserve_state_with(ActorState))
