@@ -125,22 +125,21 @@ async def _retire(
             await _scan(stores, "actor-generation/"),
             frozenset({mesh}),
         )
-        records = actors.records
-        counters_deleted, counters_rewritten = actors.counters_deleted, actors.counters_rewritten
         say(
-            f"deleting {len(keys)} key(s) of mesh {mesh.value}, {len(records)} Actor record(s) "
-            f"naming it and {len(counters_deleted)} Actor counter(s) only it used; rewriting "
-            f"{len(counters_rewritten)} Actor counter(s) other meshes use too"
+            f"deleting {len(keys)} key(s) of mesh {mesh.value}, {len(actors.records)} Actor "
+            f"record(s) naming it and {len(actors.counters_deleted)} Actor counter(s) only it "
+            f"used; rewriting {len(actors.counters_rewritten)} Actor counter(s) other meshes use "
+            "too"
         )
         await _apply(stores, mesh_keys, "deleted", say)
-        await _apply(stores, records + counters_deleted, "deleted", say)
-        await _apply(stores, counters_rewritten, "rewrote", say)
+        await _apply(stores, actors.records + actors.counters_deleted, "deleted", say)
+        await _apply(stores, actors.counters_rewritten, "rewrote", say)
         return {
             "node records": len(nodes),
             "mesh keys": len(keys),
-            "actor records": len(records),
-            "actor counters deleted": len(counters_deleted),
-            "actor counters rewritten": len(counters_rewritten),
+            "actor records": len(actors.records),
+            "actor counters deleted": len(actors.counters_deleted),
+            "actor counters rewritten": len(actors.counters_rewritten),
         }
 
 

@@ -74,12 +74,12 @@ async def _keys_of(location: LocationStore, prefix: str) -> list[str]:
     return [record.key for record in await _records_of(location, prefix)]
 
 
-async def _actor_changes(location: LocationStore, finished: set[MeshName]) -> list[Change]:
+async def _actor_changes(location: LocationStore, finished: frozenset[MeshName]) -> list[Change]:
     """Rule 3: the Actor records and counters of the finished meshes, each on its version."""
     actors = actor_leftovers(
         await _records_of(location, "actor/"),
         await _records_of(location, "actor-generation/"),
-        frozenset(finished),
+        finished,
     )
     return [*actors.records, *actors.counters_deleted, *actors.counters_rewritten]
 
@@ -113,7 +113,7 @@ async def clear_meshes(location: LocationStore, meshes: Iterable[str]) -> int:
         for start in range(0, len(keys), _BATCH):
             chunk = keys[start : start + _BATCH]
             await location.write(Batch([], [Delete(key) for key in chunk]))
-        actors = await _actor_changes(location, {MeshName(mesh) for mesh in meshes})
+        actors = await _actor_changes(location, frozenset(MeshName(mesh) for mesh in meshes))
         await _write_changes(location, actors)
     except (ZLinkError, ExceptionGroup) as failed:
         if isinstance(failed, ExceptionGroup) and failed.split(ZLinkError)[1] is not None:

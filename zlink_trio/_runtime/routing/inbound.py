@@ -119,10 +119,10 @@ class Inbound:
             return
         if self.arrivals.under_way and self._moves.take(origin, message):
             return
-        followed = self._messaging.moved.followed(message.target, self._remote)
+        moved = self._messaging.moved
+        followed = moved.followed(message.target, self._remote)
         if followed is not None and message.message_type.value not in _FRAMEWORK:
             reply = partial(self._reply, origin)
-            moved = self._messaging.moved
             await relay_followed(self._node, moved, followed, message, reply, self._nursery)
             return
         if type(message) is Send:
