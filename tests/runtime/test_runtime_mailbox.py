@@ -4,11 +4,21 @@ specs/completion.md CMP-7.9, CMP-7.10)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 import trio.testing
 
-from zlink_trio._runtime.engines.mailbox import TAKEN_PER_CHECKPOINT, Burst, JobPermits, Mailbox
+from zlink_trio._runtime.engines.mailbox import (
+    TAKEN_PER_CHECKPOINT,
+    Burst,
+    IdleServers,
+    JobPermits,
+    Mailbox,
+    Retired,
+)
 from zlink_trio.errors import ErrorKind, ZLinkError
 
 
@@ -141,3 +151,93 @@ async def test_a_burst_waits_in_the_channel_when_nothing_is_queued() -> None:
     mailbox.close()
     with pytest.raises(trio.EndOfChannel):
         await burst.take()
+
+
+def _parked_take(mailbox: Mailbox[int], results: list[object]) -> Callable[[], Awaitable[None]]:
+    async def take() -> None:
+        try:
+            results.append(await mailbox.take())
+        except Retired:
+            results.append("retired")
+        except trio.EndOfChannel:
+            results.append("end")
+
+    return take
+
+
+@pytest.mark.spec("SPOT-96")
+async def test_a_server_parked_through_a_whole_idle_period_is_retired() -> None:
+    """A server parked in ``take`` outlives the sweep that ends the period it parked in and is
+    retired by the next one; an arrival in between restarts its period."""
+    async with trio.open_nursery() as nursery:
+        idle = IdleServers(nursery, period=math.inf)  # swept by hand below
+        mailbox: Mailbox[int] = Mailbox(4, idle=idle)
+        results: list[object] = []
+        nursery.start_soon(_parked_take(mailbox, results))
+        await trio.testing.wait_all_tasks_blocked()
+        idle.sweep()
+        mailbox.offer(1, "spot room-1")  # fed within the period: served, parks anew
+        await trio.testing.wait_all_tasks_blocked()
+        assert [1] == results
+        nursery.start_soon(_parked_take(mailbox, results))
+        await trio.testing.wait_all_tasks_blocked()
+        idle.sweep()
+        await trio.testing.wait_all_tasks_blocked()
+        assert mailbox.server_waiting
+        idle.sweep()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [1, "retired"] == results
+        assert not mailbox.server_waiting
+        nursery.cancel_scope.cancel()  # the sweeper task
+
+
+@pytest.mark.spec("SPOT-96")
+async def test_an_arrival_is_told_to_the_owner_only_when_no_server_is_parked() -> None:
+    """``on_arrival`` runs for an item that no parked server will take, never for one a parked
+    server is woken for."""
+    told: list[int] = []
+    mailbox: Mailbox[int] = Mailbox(4, lambda: told.append(len(mailbox)))
+    mailbox.offer(1, "spot room-1")
+    assert [1] == told
+    assert 1 == await mailbox.take()
+    results: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_parked_take(mailbox, results))
+        await trio.testing.wait_all_tasks_blocked()
+        mailbox.offer(2, "spot room-1")
+    assert [1] == told
+    assert [2] == results
+
+
+async def test_senders_waiting_for_room_are_admitted_in_arrival_order() -> None:
+    """A full mailbox: ``put`` waits, and each item taken makes room for the earliest waiting
+    sender's item, so the queue keeps the order the senders arrived in (Rule 5)."""
+    mailbox: Mailbox[str] = Mailbox(1)
+    mailbox.offer("first", "spot room-1")
+    admitted: list[str] = []
+
+    async def put(item: str) -> None:
+        assert await mailbox.put(item)
+        admitted.append(item)
+
+    async with trio.open_nursery() as nursery:
+        for item in ("a", "b", "c"):
+            nursery.start_soon(put, item)
+            await trio.testing.wait_all_tasks_blocked()
+        assert not mailbox.try_put("late", "spot room-1")  # waiting senders come first
+        taken = [mailbox.take_nowait()]
+        await trio.testing.wait_all_tasks_blocked()
+        taken += [mailbox.take_nowait(), mailbox.take_nowait(), mailbox.take_nowait()]
+    assert ["first", "a", "b", "c"] == taken
+    assert ["a", "b", "c"] == sorted(admitted)  # each told True; Trio wakes them in any order
+
+
+async def test_closing_ends_a_parked_server_once_the_queue_is_empty() -> None:
+    """``close`` wakes a parked server: it takes what is left, then ``EndOfChannel``."""
+    mailbox: Mailbox[int] = Mailbox(4)
+    results: list[object] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_parked_take(mailbox, results))
+        await trio.testing.wait_all_tasks_blocked()
+        mailbox.close()
+    assert ["end"] == results

@@ -53,9 +53,7 @@ class ActorIngress:
     def resting(self) -> bool:
         """The lane has no message in hand: it waits in the mailbox, or for a seal to end
         (trio hands a received message over before the receiver runs)."""
-        return self.parked or (
-            not self.busy and self.mailbox.receive.statistics().tasks_waiting_receive > 0
-        )
+        return self.parked or (not self.busy and self.mailbox.server_waiting)
 
     def _held(self, hold: Hold, envelope: Envelope) -> None:
         hold.admit(envelope, self.node.jobs.release)

@@ -3,9 +3,11 @@ SPOT-68, SPOT-70, SPOT-74, SPOT-78; specs/completion.md CMP-2.4, CMP-2.7).
 
 Rule 1: one turn at a time. A turn (handler, lifecycle callback) runs only while it holds the
 gate, and keeps it across every ordinary await (SPOT-68).
-Rule 2: first come, first served. The gate is a ``trio.Semaphore(1)``, whose waiters are woken
-in the order they arrived; the Spot's gate task takes the gate for messages in mailbox order, so
-turns start in the order their messages were admitted (FIFO per sender and overall).
+Rule 2: first come, first served. The gate works as a ``trio.Semaphore(1)``: a release hands it
+straight to the first waiter, in the order they arrived (its parking lot is made only while a
+turn waits, so an idle gate is two fields); the Spot's gate task takes the gate for messages in
+mailbox order, so turns start in the order their messages were admitted (FIFO per sender and
+overall).
 Rule 3: only ``yield_()`` gives the gate back inside a turn, and it takes the same gate again
 before the code after it runs (SPOT-70). The gate has no owner task: a message turn runs inside
 the Spot's gate task, and a turn that yields goes on holding the gate in that task while another
@@ -35,32 +37,50 @@ T = TypeVar("T")
 
 
 class ExecutionGate:
-    """One turn at a time, in arrival order."""
+    """One turn at a time, in arrival order (Rule 2)."""
+
+    __slots__ = ("_held", "_lot")
 
     def __init__(self) -> None:
-        self._permit = trio.Semaphore(1)
+        self._held = False
+        self._lot: trio.lowlevel.ParkingLot | None = None
+        """The turns waiting for the gate, in arrival order; made only when one waits."""
 
     @property
     def held(self) -> bool:
         """Whether a turn holds the gate now."""
-        return self._permit.value == 0
+        return self._held
 
     async def acquire(self) -> None:
         """Wait for the gate, behind everyone who asked earlier."""
-        await self._permit.acquire()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._held:
+            lot = self._lot
+            if lot is None:
+                lot = self._lot = trio.lowlevel.ParkingLot()
+            await lot.park()  # ``release`` hands the gate over: it stays held
+        else:
+            self._held = True
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     def try_acquire(self) -> bool:
         """Take the gate without a checkpoint if it is free; ``False`` if it is held. A free
-        semaphore never has waiters, so this never jumps the queue (Rule 2)."""
-        try:
-            self._permit.acquire_nowait()
-        except trio.WouldBlock:
+        gate never has waiters, so this never jumps the queue (Rule 2)."""
+        if self._held:
             return False
+        self._held = True
         return True
 
     def release(self) -> None:
-        """Give the gate to the next waiter."""
-        self._permit.release()
+        """Give the gate to the next waiter, or free it."""
+        if not self._held:
+            raise RuntimeError("release of a gate nobody holds")
+        lot = self._lot
+        if lot:
+            lot.unpark()
+        else:
+            self._held = False
+            self._lot = None  # an idle gate keeps no parking lot
 
     async def wait_outside(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` with the gate given back, then take it again (Rule 3), even when the work

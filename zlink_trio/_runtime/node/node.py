@@ -29,7 +29,7 @@ from zlink_trio._runtime.declarations.config import HostConfig
 from zlink_trio._runtime.declarations.registry import Registry
 from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.engines.completion import CompletionDispatcher, shutting_down
-from zlink_trio._runtime.engines.mailbox import JobPermits
+from zlink_trio._runtime.engines.mailbox import IdleServers, JobPermits
 from zlink_trio._runtime.engines.workers import WorkerScheduler
 from zlink_trio._runtime.ownership.authority import Held, SpotAuthority
 from zlink_trio._runtime.ownership.fence import Fence
@@ -70,6 +70,8 @@ class LocalNode:
         """The host's one worker scheduler; closed when shutdown seals admission."""
         self.jobs = JobPermits(config.app_job_queue_size)
         """The host's shared application job queue (mailbox.py Rule 1)."""
+        self.idle_servers = IdleServers(activation_nursery)
+        """Retires the gate tasks of Spots idle for a whole period (mailbox.py Rule 5)."""
         self.admitting = True
         self.placing: str | None = None
         """Why this host takes no new Spots or Actors (it is relocating), or ``None``."""

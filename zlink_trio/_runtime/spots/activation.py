@@ -5,18 +5,22 @@ it admits and where that waits (mailbox, front, relocation hold) is its base, sp
 
 Longer than 400 lines: one state machine (activating, ready, closing, closed) whose rules span
 its methods: the gate task hands serving over when a turn yields (Rule 2), closing seals before
-anything else runs (Rule 3), and the id stays registered until the record is released. Split
-across modules, each of those invariants would have to be read in two places.
+anything else runs (Rule 3), the id stays registered until the record is released, and an idle
+activation holds no task (Rule 10). Split across modules, each of those invariants would have to
+be read in two places.
 
 Theory of operation.
 
-Rule 1: the lifecycle is one task. ``run`` claims authority (Instance Spots; a User Spot's creator
-claimed already), makes the instance, runs ``on_create`` (User Spots) and ``on_initialize``
-under the gate, records Ready in the store, serves the mailbox, runs ``on_closing`` and finally
-releases the store record. Nothing of the Spot runs before ``on_initialize`` has returned or
-after ``on_closing`` has started (SPOT-43).
-Rule 2: admission is the mailbox. A message is admitted when it is in the mailbox (an unbounded
-memory channel); the gate task takes the gate for each message in mailbox order and runs its
+Rule 1: the lifecycle is a start and a close. ``run`` claims authority (Instance Spots; a User
+Spot's creator claimed already), makes the instance, runs ``on_create`` (User Spots) and
+``on_initialize`` under the gate and records Ready in the store; then it ends, and the Ready
+activation holds no task of its own until there is work (Rule 10). ``begin_close`` starts
+``_close``, which waits for every task of the activation, runs ``on_closing`` and finally
+releases the store record (``run`` does it itself when closing began while it started).
+Nothing of the Spot runs before ``on_initialize`` has returned or after ``on_closing`` has
+started (SPOT-43).
+Rule 2: admission is the mailbox. A message is admitted when it is in the mailbox
+(engines/mailbox.py); a gate task takes the gate for each message in mailbox order and runs its
 turn itself, giving the gate back when the turn ends (gate.py Rule 2), so a turn costs no task of
 its own. Only ``yield_()`` needs another task: a yielding turn gives the gate back while it
 waits, and the next messages must still be served meanwhile, so before giving it back the turn
@@ -34,8 +38,8 @@ logged (SPOT-48). The id stays registered to the closing incarnation until its r
 released, so the next incarnation is activated only after that. Closing stops the Spot's timers
 before anything else (spots/timers.py Rule 3).
 Rule 4: a timer tick is a turn. ``run_tick`` takes the gate like a message turn and runs the tick
-handler only while the activation is Ready; the timer tasks live in the turns nursery, so the
-closing deadline cuts a running tick like any turn (TIMER-9, TIMER-14).
+handler only while the activation is Ready; the timer tasks are the activation's tasks (Rule 10),
+so the closing deadline cuts a running tick like any turn (TIMER-9, TIMER-14).
 Rule 6: Actor membership and lanes. A User Spot or the Entry Spot keeps its member Actors in
 ``members``; Actor control work (``on_actor_join``, ``on_joined_actor``, ``on_leave_actor``,
 ``on_disconnect_actor``, ``on_create_actor``) runs as a ``control_turn`` under the Spot's gate, so
@@ -54,8 +58,8 @@ Rule 8: an unknown outcome is settled by reading. A claim or Ready write that ra
 cancelled may have committed (DEC-17); the activation then releases its record by reading it
 and deleting it if this run wrote it (``forget_if_ours``), never by the version it last knew,
 so no phantom record is left to make the id unavailable for the rest of the host's run.
-Rule 5: idle eviction. With ``instance_idle_timeout`` set, an Instance Spot's turns nursery also
-runs a watcher that starts an ``IDLE_EVICTED`` close once no turn (message or tick) has run or
+Rule 5: idle eviction. With ``instance_idle_timeout`` set, an Instance Spot also runs a watcher
+task (Rule 10) that starts an ``IDLE_EVICTED`` close once no turn (message or tick) has run or
 held the gate for that long (SPOT-50). The close drains like an explicit one, so a message
 admitted at the same instant still runs; the next ``instance_spot()`` message waits for the
 close and activates a new incarnation (routing/messaging.py Rule 3). Idleness, closing deadlines
@@ -68,6 +72,14 @@ control turns wait for the seal to end, and the end of the last running turn set
 Only host shutdown breaks a seal; any other close is refused (SPOT-35). A detached incarnation
 (``RELOCATION_OUT``) or one restored but not opened does not release the store record: it is the
 other incarnation's (``keeps_record``).
+Rule 10: an idle activation holds no task (issue 15: memory per idle activation). The gate
+task, the timers' tasks and the idle watch are the activation's tasks (``start_soon``): each runs
+in the host's activation nursery in a cancel scope of its own, which the closing deadline cuts
+like the turns nursery it replaces, its failure is logged, and ``_close`` waits until none is
+left. A gate task is started when the mailbox tells of an arrival and none exists
+(``_arrived``); it serves until the mailbox is closed and empty, or until it was parked in the
+mailbox through a whole idle period (engines/mailbox.py Rule 5), so a busy Spot keeps one gate
+task and an idle one has none. A Spot with running timers keeps their tasks.
 """
 
 from __future__ import annotations
@@ -85,7 +97,7 @@ from zlink_trio._runtime.declarations.registry import SpotType
 from zlink_trio._runtime.declarations.values import SpotClosingContext, SpotCreateResponse
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
-from zlink_trio._runtime.engines.mailbox import Burst
+from zlink_trio._runtime.engines.mailbox import Burst, Retired
 from zlink_trio._runtime.engines.timers import TickDeferred, TimerTick
 from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, handler_failed, reply
 from zlink_trio._runtime.ownership.authority import Claim, Held
@@ -99,6 +111,13 @@ from zlink_trio.options import SpotFactoryMode
 __all__ = ["Activation", "ActivationState", "Envelope"]
 
 T = TypeVar("T")
+
+_NOT_CLOSING = SpotClosingContext(SpotCloseReason.HOST_SHUTDOWN, math.inf)
+
+_SET = trio.Event()
+"""The event an activation's ``closed`` or ``settled`` is when nobody made its own before it
+was set (Rule 10)."""
+_SET.set()
 
 _log = logging.getLogger("zlink_trio.runtime.activation")
 
@@ -114,6 +133,37 @@ class ActivationState(enum.Enum):
 
 class Activation(SpotIngress):
     """One incarnation of a Spot on this host."""
+
+    __slots__ = (
+        "_busy",
+        "_claim",
+        "_closed",
+        "_closing",
+        "_drained",
+        "_drop_admitted",
+        "_failure",
+        "_gate_running",
+        "_idle_since",
+        "_idle_watch",
+        "_instance",
+        "_members",
+        "_parked",
+        "_scopes",
+        "_settled",
+        "_starting",
+        "_tasks",
+        "_timers",
+        "_unsettled",
+        "catalog",
+        "forward_to",
+        "gate",
+        "keeps_record",
+        "restoring",
+        "shared_gate",
+        "spot_type",
+        "state",
+        "timer_gate",
+    )
 
     def __init__(
         self,
@@ -139,11 +189,17 @@ class Activation(SpotIngress):
         """The gate member Actors share and turns may yield (Rule 6); ``None`` if lanes."""
         self.timer_gate: ExecutionGate | None = self.gate if spot_wide else None
         """The gate timer ticks take; ``None`` in a PER_ACTOR Spot, whose timers have lanes."""
-        self.members: set[Any] = set()
-        """The Actor activations that are members of this Spot (Rule 6)."""
-        self._starting = trio.CancelScope()
-        self._turns = trio.CancelScope()
-        self._closing = SpotClosingContext(SpotCloseReason.HOST_SHUTDOWN, math.inf)
+        self._members: set[Any] | None = None
+        self._starting: trio.CancelScope | None = trio.CancelScope()
+        """Cuts the start at the closing deadline; dropped once started."""
+        self._tasks = 0
+        """Gate, timer and idle-watch tasks running now (Rule 10)."""
+        self._scopes: list[trio.CancelScope] | None = None
+        """Their cancel scopes, which the closing deadline cuts (Rule 3)."""
+        self._drained: trio.Event | None = None
+        self._gate_running = False
+        """A gate task exists (serving, or parked in the mailbox: Rule 10)."""
+        self._closing = _NOT_CLOSING
         self._drop_admitted = False
         self._instance: Any = None
         self._failure: ZLinkError | None = None
@@ -152,13 +208,12 @@ class Activation(SpotIngress):
         self.forward_to: NodeRid | None = None
         """Where what it admitted goes when it ends unstarted: the winner of a lost cold race
         (Rule 7), or the source of a move given up (spots/sealing.py ``discard``)."""
-        self.closed = trio.Event()
-        self.settled = trio.Event()
-        """Set once the activation is Ready or has closed (a relocation waits for it)."""
-        self.timers = SpotTimers(spot_type, spot_id, self.run_tick, node.clock)
+        self._closed: trio.Event | None = None
+        self._settled: trio.Event | None = None
+        self._timers: SpotTimers | None = None
         self._busy = 0
         self._idle_since = math.inf
-        self._idle_watch = trio.CancelScope()
+        self._idle_watch: trio.CancelScope | None = None
         self._parked = False
         self.keeps_record = False
         """The store record is another incarnation's: ``_finish`` leaves it (Rule 9)."""
@@ -167,6 +222,44 @@ class Activation(SpotIngress):
         lifecycle callbacks, which ran for this generation already."""
         # Known to shutdown from the moment it exists, even before its task first runs.
         catalog.live.add(self)
+
+    @property
+    def members(self) -> set[Any]:
+        """The Actor activations that are members of this Spot (Rule 6); made when first used,
+        like the events and timers below (Rule 10)."""
+        members = self._members
+        if members is None:
+            members = self._members = set()
+        return members
+
+    @property
+    def closed(self) -> trio.Event:
+        """Set once the activation has closed for good."""
+        closed = self._closed
+        if closed is None:
+            closed = self._closed = trio.Event()
+        return closed
+
+    @property
+    def settled(self) -> trio.Event:
+        """Set once the activation is Ready or has closed (a relocation waits for it)."""
+        settled = self._settled
+        if settled is None:
+            settled = self._settled = trio.Event()
+        return settled
+
+    @property
+    def timers(self) -> SpotTimers:
+        """The Spot's timers (spots/timers.py)."""
+        timers = self._timers
+        if timers is None:
+            spot_type, spot_id = self.spot_type, self.spot_id
+            timers = self._timers = SpotTimers(spot_type, spot_id, self.run_tick, self.node.clock)
+            if self.state is ActivationState.READY:
+                timers.attach(self)
+            elif self.state is not ActivationState.ACTIVATING:
+                timers.stop_all()  # closing stopped every timer (spots/timers.py Rule 3)
+        return timers
 
     @property
     def kind(self) -> SpotKind:
@@ -234,7 +327,7 @@ class Activation(SpotIngress):
     def gate_task_resting(self) -> bool:
         """The gate task has no message in hand: it waits in the mailbox, or for a seal to end
         (trio hands a received message over before the receiver runs: Rule 9)."""
-        return self._parked or self.mailbox.receive.statistics().tasks_waiting_receive > 0
+        return self._parked or not self._gate_running or self.mailbox.server_waiting
 
     @property
     def busy(self) -> bool:
@@ -256,16 +349,21 @@ class Activation(SpotIngress):
         self._closing = SpotClosingContext(reason, deadline)
         self._drop_admitted = not drain
         self.mailbox.close()
-        self.timers.stop_all()
+        if self._timers is not None:
+            self._timers.stop_all()
         # Only what can be running is touched: each change to a cancel scope costs, and a host
         # closes thousands of activations at once (SHUT-4.17).
-        if self.kind is SpotKind.INSTANCE:
+        if self._idle_watch is not None:
             self._idle_watch.cancel()  # only Instance Spots watch for idleness
         # Lifecycle work still running at the closing deadline is cancelled (SPOT-47).
         clock = self.node.clock
+        for scope in self._scopes or ():
+            clock.set_deadline(scope, deadline)
         if starting:
-            clock.set_deadline(self._starting, deadline)
-        clock.set_deadline(self._turns, deadline)
+            assert self._starting is not None
+            clock.set_deadline(self._starting, deadline)  # ``run`` closes it once started
+        else:
+            self.node.activation_nursery.start_soon(self._close)
         return True
 
     async def run(
@@ -274,13 +372,17 @@ class Activation(SpotIngress):
         *,
         task_status: trio.TaskStatus[SpotCreateResponse] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """The whole life of the activation (Rule 1). Before ``task_status.started`` a failure
-        propagates to whoever started it; afterwards it is logged."""
+        """The start of the activation (Rule 1), and its close if closing began meanwhile; once
+        Ready it holds no task until there is work (Rule 10). Before ``task_status.started`` a
+        failure propagates to whoever started it; afterwards it is logged."""
+        finish = True
         try:
             try:
-                with self._starting:
+                starting = self._starting
+                assert starting is not None
+                with starting:
                     response = await self._activate(request)
-                if self._starting.cancelled_caught:
+                if starting.cancelled_caught:
                     raise shutting_down() if not self.node.admitting else _gone(self.spot_id)
             except ZLinkError as error:
                 self._failure = error
@@ -291,19 +393,20 @@ class Activation(SpotIngress):
             if not response.accepted:
                 task_status.started(response)
                 return
+            self._starting = None
             if self.state is ActivationState.ACTIVATING:
                 self.state = ActivationState.READY
-            self.settled.set()
+            self._settled = _fired(self._settled)
             self.catalog.activations[self.spot_id] = self
             task_status.started(response)
-            try:
-                await self._serve()
-                await self._run_on_closing()
-            except Exception:
-                _log.exception("Spot %s failed while serving", self.spot_id)
+            self._start_serving()
+            finish = False
+            if self.state is ActivationState.CLOSING:
+                await self._close()  # closing began while it started
         finally:
-            with trio.CancelScope(shield=True) as finishing:
-                await self._finish(finishing)
+            if finish:
+                with trio.CancelScope(shield=True) as finishing:
+                    await self._finish(finishing)
 
     async def run_cold(self) -> None:
         """``run`` for a cold-activated Instance Spot, whose activation nobody awaits: a failure
@@ -376,70 +479,132 @@ class Activation(SpotIngress):
             raise
         return response
 
-    async def _serve(self) -> None:
-        with self._turns:
-            async with trio.open_nursery() as turns:
-                self._idle_since = self.node.clock.now()
-                self.timers.attach(turns)
-                idle_timeout = self.node.config.instance_idle_timeout
-                if self.kind is SpotKind.INSTANCE and idle_timeout is not None:
-                    turns.start_soon(self._evict_when_idle, idle_timeout)
-                await self._serve_mailbox(turns)
+    def _start_serving(self) -> None:
+        """Ready: timers and the idle watch may run, and a gate task serves what is queued
+        (Rule 10)."""
+        self._idle_since = self.node.clock.now()
+        if self._timers is not None:
+            self._timers.attach(self)
+        idle_timeout = self.node.config.instance_idle_timeout
+        if self.kind is SpotKind.INSTANCE and idle_timeout is not None:
+            self._idle_watch = trio.CancelScope()
+            self.start_soon(self._evict_when_idle, idle_timeout)
+        if self.queued:
+            self._arrived()
 
-    async def _serve_mailbox(self, turns: trio.Nursery) -> None:
-        """The gate task: run the turns of admitted messages in order until the mailbox is closed
-        and empty, or until a turn's ``yield_()`` hands serving to a new gate task (Rule 2)."""
+    def _arrived(self) -> None:
+        """The mailbox's ``on_arrival``: an item no parked gate task will take (Rule 10)."""
+        if self._gate_running or self.state is ActivationState.ACTIVATING:
+            return  # the gate task will find it, or ``run`` starts one once Ready
+        self._gate_running = True
+        self.start_soon(self._serve_mailbox)
+
+    def start_soon(self, function: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run ``function(*args)`` as a task of this activation: counted, in a cancel scope of
+        its own that the closing deadline cuts, its failure logged (Rule 10)."""
+        self._tasks += 1
+        self.node.activation_nursery.start_soon(self._task, function, args)
+
+    async def _task(self, function: Callable[..., Awaitable[None]], args: tuple[Any, ...]) -> None:
+        scope = trio.CancelScope()
+        if self.state is not ActivationState.READY and self.state is not ActivationState.ACTIVATING:
+            self.node.clock.set_deadline(scope, self._closing.deadline)
+        scopes = self._scopes
+        if scopes is None:
+            scopes = self._scopes = []
+        scopes.append(scope)
+        try:
+            with scope:
+                await function(*args)
+        except Exception:
+            _log.exception("Spot %s failed while serving", self.spot_id)
+        finally:
+            scopes.remove(scope)
+            if not scopes and self._scopes is scopes:
+                self._scopes = None
+            self._tasks -= 1
+            if not self._tasks and self._drained is not None:
+                self._drained.set()
+
+    async def _close(self) -> None:
+        """Closing after Ready (Rule 3): what was admitted drains or is dropped by a gate task,
+        every task of the activation ends, then ``on_closing`` runs and the record goes."""
+        try:
+            if not self._gate_running and self.queued:
+                self._gate_running = True
+                self.start_soon(self._serve_mailbox)
+            while self._tasks:
+                self._drained = trio.Event()
+                await self._drained.wait()
+            await self._run_on_closing()
+        except Exception:
+            _log.exception("Spot %s failed while closing", self.spot_id)
+        finally:
+            with trio.CancelScope(shield=True) as finishing:
+                await self._finish(finishing)
+
+    async def _serve_mailbox(self) -> None:
+        """A gate task: run the turns of admitted messages in order until the mailbox is closed
+        and empty or has been idle a whole period, or until a turn's ``yield_()`` hands serving
+        to a new gate task (Rules 2 and 10)."""
         handed_over = False
 
         def hand_over() -> None:
             nonlocal handed_over
             handed_over = True
-            turns.start_soon(self._serve_mailbox, turns)
+            self.start_soon(self._serve_mailbox)
 
-        permits = self.node.jobs
         front = self.front
-        burst = Burst(self.mailbox)  # one wake-up serves what is queued (mailbox.py Rule 4)
-        while True:
-            if front:  # served before the mailbox (ingress.py Rule 1)
-                envelope, permit = front.popleft()
-                await trio.lowlevel.checkpoint()
-                burst.checkpointed()
-            else:
-                try:
-                    envelope = await burst.take()
-                except trio.EndOfChannel:
-                    return
-                if envelope is WAKE:
+        try:
+            permits = self.node.jobs
+            burst = Burst(self.mailbox)  # one wake-up serves what is queued (mailbox.py Rule 4)
+            while True:
+                if front:  # served before the mailbox (ingress.py Rule 1)
+                    envelope, permit = front.popleft()
+                    await trio.lowlevel.checkpoint()
+                    burst.checkpointed()
+                else:
+                    try:
+                        envelope = await burst.take()
+                    except (trio.EndOfChannel, Retired):
+                        return
+                    if envelope is WAKE:
+                        continue
+                    permit = True
+                # A free gate is taken without a checkpoint.
+                if not self._drop_admitted and not self.gate.try_acquire():
+                    try:
+                        await self.gate.acquire()
+                    except trio.Cancelled:
+                        front.appendleft((envelope, permit))  # failed with the rest at _finish
+                        raise
+                if self._drop_admitted or (hold := self.hold) is None:
+                    if permit:  # the job leaves the queue: about to start or dropped (mailbox.py)
+                        permits.release()
+                else:  # sealed while it waited: back in front, unrun (Rule 9)
+                    self.gate.release()
+                    front.appendleft((envelope, permit))
+                    self._parked = True
+                    try:
+                        await hold.ended.wait()
+                    finally:
+                        self._parked = False
                     continue
-                permit = True
-            # A free gate is taken without a checkpoint.
-            if not self._drop_admitted and not self.gate.try_acquire():
-                try:
-                    await self.gate.acquire()
-                except trio.Cancelled:
-                    front.appendleft((envelope, permit))  # failed with the rest at _finish
-                    raise
-            if self._drop_admitted or (hold := self.hold) is None:
-                if permit:  # the job leaves the queue: about to start or dropped (mailbox.py)
-                    permits.release()
-            else:  # sealed while it waited: back in front, unrun (Rule 9)
-                self.gate.release()
-                front.appendleft((envelope, permit))
-                self._parked = True
-                try:
-                    await hold.ended.wait()
-                finally:
-                    self._parked = False
-                continue
-            if self._drop_admitted:
-                self._fail_one(envelope, _gone(self.spot_id))
-                continue
-            await self._turn(envelope, hand_over)
-            if handed_over:
-                return
+                if self._drop_admitted:
+                    self._fail_one(envelope, _gone(self.spot_id))
+                    continue
+                await self._turn(envelope, hand_over)
+                if handed_over:
+                    return
+        finally:
+            if not handed_over:
+                self._gate_running = False
+                if not front:
+                    self._front = None  # an idle activation keeps no deque (Rule 10)
 
     async def _evict_when_idle(self, idle_timeout: float) -> None:
         clock = self.node.clock
+        assert self._idle_watch is not None
         with self._idle_watch:
             while self.accepting:
                 now = clock.now()
@@ -578,8 +743,8 @@ class Activation(SpotIngress):
             if self.catalog.activations.get(self.spot_id) is self:
                 del self.catalog.activations[self.spot_id]
             self._instance = None  # the instance does not outlive its activation (SPOT-61)
-            self.closed.set()
-            self.settled.set()
+            self._closed = _fired(self._closed)
+            self._settled = _fired(self._settled)
 
     async def _release_record(self) -> None:
         """Delete this incarnation's store record (Rule 8): by the version it holds, or, after a
@@ -597,6 +762,14 @@ class Activation(SpotIngress):
 
     def _fail_one(self, envelope: Envelope, error: ZLinkError) -> None:
         fail_one(self.node.dispatcher, envelope, error)
+
+
+def _fired(event: trio.Event | None) -> trio.Event:
+    """``event`` set, or the shared set one if nobody made it yet (Rule 10)."""
+    if event is None:
+        return _SET
+    event.set()
+    return event
 
 
 def _internal(message: str) -> ZLinkError:

@@ -108,18 +108,38 @@ class Hold:
 class SpotIngress:
     """The admission side of one Spot activation (Rules 1-3)."""
 
+    __slots__ = ("_front", "hold", "mailbox", "node", "spot_id")
+
     node: LocalNode
     spot_id: SpotId
 
     def __init__(self, node: LocalNode) -> None:
-        self.mailbox = Mailbox[Envelope](node.config.mailbox_limit)
-        self.front: collections.deque[Entry] = collections.deque()
-        """Served before the mailbox (Rule 1)."""
+        self.mailbox: Mailbox[Envelope] = Mailbox(
+            node.config.mailbox_limit, self._arrived, node.idle_servers
+        )
+        self._front: collections.deque[Entry] | None = None
         self.hold: Hold | None = None
         """Set while sealed for a relocation, and for good once detached (Rule 1)."""
 
     @property
+    def front(self) -> collections.deque[Entry]:
+        """Served before the mailbox (Rule 1); made when first used, dropped by a gate task
+        that ends with it empty (an idle activation keeps no deque: activation.py Rule 10)."""
+        front = self._front
+        if front is None:
+            front = self._front = collections.deque()
+        return front
+
+    @property
+    def queued(self) -> bool:
+        """Whether anything waits in the front or the mailbox."""
+        return bool(self._front) or len(self.mailbox) > 0
+
+    @property
     def accepting(self) -> bool:
+        raise NotImplementedError
+
+    def _arrived(self) -> None:
         raise NotImplementedError
 
     def traced_name(self) -> str:
@@ -176,9 +196,10 @@ class SpotIngress:
     def push_front(self, entries: Iterable[Entry]) -> None:
         """Queue ``entries`` after the front's, before the mailbox, and wake an idle gate task
         (Rule 3)."""
-        was_empty = not self.front
-        self.front.extend(entries)
-        if was_empty and self.front:
+        front = self.front
+        was_empty = not front
+        front.extend(entries)
+        if was_empty and front:
             # A mailbox sealed by closing refuses it: the gate task ends, and _finish fails
             # whatever is left.
             with contextlib.suppress(ZLinkError):
@@ -195,8 +216,10 @@ class SpotIngress:
     def take_queued(self) -> list[Entry]:
         """Everything queued here, in serving order, removed: the front, then the mailbox (each
         holding a permit), markers dropped."""
-        taken = list(self.front)
-        self.front.clear()
+        front = self._front
+        taken = list(front or ())
+        if front:
+            front.clear()  # in place: a running gate task holds this deque
         queued = self.mailbox.take_all()
         taken.extend((envelope, True) for envelope in queued if envelope is not WAKE)
         return taken

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import trio
 
@@ -43,6 +44,12 @@ from zlink_trio.ids import SpotId
 from zlink_trio.options import TimerOptions
 
 __all__ = ["SpotTimers"]
+
+
+class Spawner(Protocol):
+    """Where timer tasks run: the activation's own tasks (spots/activation.py Rule 10)."""
+
+    def start_soon(self, function: Callable[..., Awaitable[None]], *args: Any) -> None: ...
 
 
 class SpotTimers:
@@ -62,7 +69,7 @@ class SpotTimers:
         self._run_tick = run_tick
         self._running: dict[str, LogicalTimer] = {}
         self._waiting: list[LogicalTimer] = []
-        self._nursery: trio.Nursery | None = None
+        self._nursery: Spawner | None = None
         self._stopped = False
         self._paused = False
         self._runners = 0
@@ -115,7 +122,7 @@ class SpotTimers:
         if timer is not None:
             timer.cancel()
 
-    def attach(self, nursery: trio.Nursery) -> None:
+    def attach(self, nursery: Spawner) -> None:
         """Serving has begun: run the waiting timers, and later ones, in ``nursery`` (Rule 1)."""
         self._nursery = nursery
         waiting, self._waiting = self._waiting, []

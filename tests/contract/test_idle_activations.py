@@ -1,0 +1,124 @@
+"""A Ready Spot holds no Trio task while it is idle (specs/spots.md SPOT-96; activation.py
+Rule 10, engines/mailbox.py Rule 5): none after its start, one gate task while it is served,
+none again once that task was parked in the mailbox through a whole idle period."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+import zlink_trio as zl
+from zlink_trio.ids import SpotId
+from zlink_trio.testing import open_test_host
+
+app = zl.Application()
+
+
+@app.message("idle.Add")
+@attrs.frozen
+class Add:
+    amount: int
+
+
+@app.message("idle.Get")
+@attrs.frozen
+class Get:
+    pass
+
+
+@app.message("idle.Total")
+@attrs.frozen
+class Total:
+    value: int
+
+
+@app.user_spot("idle.Counter")
+class Counter(zl.Spot):
+    def __init__(self) -> None:
+        self.value = 0
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Total:
+        return Total(self.value)
+
+
+def activation_tasks() -> list[trio.lowlevel.Task]:
+    """The tasks of Spot activations running in this Trio run now."""
+    tasks: list[trio.lowlevel.Task] = []
+
+    def walk(task: trio.lowlevel.Task) -> None:
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                if ".Activation." in child.name:
+                    tasks.append(child)
+                walk(child)
+
+    walk(trio.lowlevel.current_root_task())
+    return tasks
+
+
+async def until_no_activation_task() -> None:
+    """Checkpoints until the retired gate tasks have run to their end (bounded)."""
+    with trio.fail_after(10):
+        while activation_tasks():  # a task count, not an event
+            await trio.lowlevel.checkpoint()
+
+
+@pytest.mark.spec("SPOT-96")
+async def test_an_idle_spot_holds_no_task_and_a_message_starts_one(store_dsn: str) -> None:
+    """20 Spots created and never messaged hold no task; three that answered a request each
+    keep one gate task, parked, through the period they were served in, and none after a whole
+    idle period; a message after that is served by a new gate task, with the Spot's state."""
+    async with open_test_host(app, dsn=store_dsn) as host:
+        node: Any = host.host._node  # type: ignore[attr-defined]
+        catalog: Any = host.host._messaging.spots  # type: ignore[attr-defined]
+        for number in range(20):
+            await host.spots.get_or_create(f"idle-{number}", "idle.Counter").submit()
+        await host.wait_quiet()
+        assert [] == activation_tasks()
+
+        served = [f"idle-{number}" for number in range(3)]
+        for spot_id in served:
+            await host.route.send_to_spot(spot_id, Add(2)).submit()
+            ask = host.route.request_to_spot(spot_id, Get(), reply_type=Total)
+            assert 2 == (await ask.submit()).value
+        await host.wait_quiet()
+        assert 3 == len(activation_tasks())
+        node.idle_servers.sweep()  # the period they were served in ends: kept
+        parked = [catalog.activations[SpotId(spot_id)].mailbox.server_waiting for spot_id in served]
+        assert [True, True, True] == parked
+        node.idle_servers.sweep()  # a whole idle period: retired
+        await until_no_activation_task()
+
+        await host.route.send_to_spot("idle-0", Add(3)).submit()
+        total = await host.route.request_to_spot("idle-0", Get(), reply_type=Total).submit()
+        assert 5 == total.value
+        assert 1 == len(activation_tasks())
+
+
+@pytest.mark.spec("SPOT-96")
+async def test_a_spot_fed_again_within_the_period_keeps_its_gate_task(store_dsn: str) -> None:
+    """A message between two sweeps restarts the Spot's idle period: the sweep after it keeps
+    the gate task, and the message was served by that same task (no task start)."""
+    async with open_test_host(app, dsn=store_dsn) as host:
+        node: Any = host.host._node  # type: ignore[attr-defined]
+        await host.spots.get_or_create("fed", "idle.Counter").submit()
+        await host.route.send_to_spot("fed", Add(1)).submit()
+        await host.wait_quiet()
+        first = activation_tasks()
+        assert 1 == len(first)
+        node.idle_servers.sweep()
+        await host.route.send_to_spot("fed", Add(1)).submit()
+        await host.wait_quiet()
+        node.idle_servers.sweep()
+        await host.wait_quiet()
+        assert [id(task) for task in first] == [id(task) for task in activation_tasks()]
+        total = await host.route.request_to_spot("fed", Get(), reply_type=Total).submit()
+        assert 2 == total.value
