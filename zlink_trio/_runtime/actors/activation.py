@@ -273,8 +273,10 @@ class ActorActivation(ActorIngress):
                 fence = self.node.fence
                 if not fence.serving:  # a turn starts only while the lease holds (MESH-21)
                     await fence.wait_serving()
-                late = expired(envelope, self.node.clock.now())
-                if late is not None:  # nobody waits for it any more (envelope.py Rule 3)
+                # Only a request expires: a packet's turn reads no clock (envelope.py Rule 3).
+                if envelope.reply_route is not None and (
+                    late := expired(envelope, self.node.clock.now())
+                ):  # nobody waits for it any more
                     fail_one(self.node.dispatcher, envelope, late)
                     return []
                 result = await method(*arguments)

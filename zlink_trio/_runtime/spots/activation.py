@@ -623,7 +623,8 @@ class Activation(SpotIngress):
 
     def _turn_ended(self) -> None:
         self._busy -= 1
-        self._idle_since = self.node.clock.now()
+        if self._idle_watch is not None:  # only the idle watch reads it (Rule 5)
+            self._idle_since = self.node.clock.now()
         if self.hold is not None and not self._busy:
             self.hold.quiet.set()
 
@@ -671,8 +672,10 @@ class Activation(SpotIngress):
                 fence = self.node.fence
                 if not fence.serving:  # a turn starts only while the lease holds (MESH-21)
                     await fence.wait_serving()
-                late = expired(envelope, self.node.clock.now())
-                if late is not None:  # nobody waits for it any more (envelope.py Rule 3)
+                # Only a request expires: a packet's turn reads no clock (envelope.py Rule 3).
+                if envelope.reply_route is not None and (
+                    late := expired(envelope, self.node.clock.now())
+                ):  # nobody waits for it any more
                     self._fail_one(envelope, late)
                     return
                 result = await method(*arguments)
