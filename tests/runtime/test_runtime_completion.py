@@ -81,6 +81,33 @@ async def test_a_completion_runs_in_a_fresh_turn_not_on_the_settling_stack() -> 
         dispatcher.close()
 
 
+@pytest.mark.spec("CMP-11.2", "CMP-11.1")
+async def test_an_awaited_request_resumes_its_caller_after_the_settling_path_without_the_lane() -> (
+    None
+):
+    """With no lane running, the reply path settles an awaited entry and returns before its
+    caller resumes; the caller then resumes in its own task, and nothing waits on the lane."""
+    dispatcher = CompletionDispatcher()  # its lane never runs in this test
+    entry = dispatcher.register()
+    resumed: list[tuple[object, bool]] = []
+    settling = False
+
+    async def caller() -> None:
+        outcome = await entry.wait()
+        resumed.append((outcome.unwrap(), settling))
+
+    with trio.fail_after(5):  # a completion left on the lane would never wake the caller
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(caller)
+            await trio.testing.wait_all_tasks_blocked()
+            settling = True
+            reply(dispatcher, entry.route, HANDLER, "reply", "spot")
+            assert [] == resumed  # nothing of the caller ran on the settling stack
+            settling = False
+            assert 0 == dispatcher.queued
+    assert [("reply", False)] == resumed
+
+
 @pytest.mark.spec("CMP-11.9")
 async def test_a_raising_completion_does_not_stop_the_next(
     caplog: pytest.LogCaptureFixture,

@@ -12,8 +12,11 @@ and does nothing (CMP-10.1, CMP-10.2). ``pop`` has no checkpoint, so on Trio's s
 is atomic and the "settlement lock" is held for no longer than the dict operation: no
 application code runs under it (CMP-11.1).
 Rule 3: completions run in a fresh turn. The winner hands the outcome to ``deliver()``, which
-puts the completion on one unbounded memory channel and returns at once; the dispatcher task runs
-it later, never on the settling path's stack (CMP-11.2, CMP-11.3). Enqueueing never fails for
+returns at once. A completion that runs code (a callback entry, Rule 5) goes on one unbounded
+memory channel, and the dispatcher task runs it later, never on the settling path's stack
+(CMP-11.2, CMP-11.3). A completion that only wakes a parked caller reschedules that task at once:
+it resumes in a later turn of its own, after the settling path has returned, as a remote reply
+does (CMP-11.2); a hop through the lane would only add a task switch. Enqueueing never fails for
 lack of room (CMP-11.4), and since only a popped entry can be delivered, the lane never holds
 more completions than there were calls (CMP-11.5).
 Rule 4: one failure never stops the lane. An exception raised by one completion is logged and
@@ -176,7 +179,12 @@ class CompletionDispatcher:
         """Queue the completion of a popped entry on the lane; never blocks, never fails. The
         entry knows its outcome at once (``settled``, Rule 6)."""
         entry.settled = outcome
-        self.enqueue(lambda: entry.complete(outcome))
+        if type(entry) is PendingCall:
+            # A parked caller only: rescheduled now, it resumes in a later turn of its own task
+            # with nothing of this stack under it, which a lane hop would only delay (Rule 3).
+            entry.complete(outcome)
+        else:
+            self.enqueue(lambda: entry.complete(outcome))
         if self.trace is not None:
             self.trace(f"call {entry.route.value} completed: {describe(outcome)}")
 
