@@ -49,19 +49,23 @@ class Counter(zl.Spot):
         return Total(self.value)
 
 
-def activation_tasks() -> list[trio.lowlevel.Task]:
-    """The tasks of Spot activations running in this Trio run now."""
+def all_tasks() -> list[trio.lowlevel.Task]:
+    """Every task of this Trio run now."""
     tasks: list[trio.lowlevel.Task] = []
 
     def walk(task: trio.lowlevel.Task) -> None:
         for nursery in task.child_nurseries:
             for child in nursery.child_tasks:
-                if ".Activation." in child.name:
-                    tasks.append(child)
+                tasks.append(child)
                 walk(child)
 
     walk(trio.lowlevel.current_root_task())
     return tasks
+
+
+def activation_tasks() -> list[trio.lowlevel.Task]:
+    """The tasks of Spot activations running in this Trio run now."""
+    return [task for task in all_tasks() if ".Activation." in task.name]
 
 
 async def until_no_activation_task() -> None:
@@ -122,3 +126,58 @@ async def test_a_spot_fed_again_within_the_period_keeps_its_gate_task(store_dsn:
         assert [id(task) for task in first] == [id(task) for task in activation_tasks()]
         total = await host.route.request_to_spot("fed", Get(), reply_type=Total).submit()
         assert 2 == total.value
+
+
+@app.actor("idle.Agent")
+class Agent(zl.Actor):
+    def __init__(self) -> None:
+        self.value = 0
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.value += msg.amount
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Total:
+        return Total(self.value)
+
+
+def lanes() -> list[trio.lowlevel.Task]:
+    return [task for task in all_tasks() if ".ActorActivation." in task.name]
+
+
+@pytest.mark.spec("SPOT-96")
+async def test_an_idle_actor_holds_no_lane_and_a_message_starts_one(store_dsn: str) -> None:
+    """Actors created and never messaged hold no lane; one that answered keeps its lane through
+    the period it was served in and none after a whole idle period; a message then starts a
+    new lane that sees the Actor's state, and destroying an idle Actor still closes it."""
+    async with open_test_host(app, dsn=store_dsn) as host:
+        node: Any = host.host._node  # type: ignore[attr-defined]
+        refs = [
+            (await host.actors.create(f"agent-{number}", "idle.Agent").submit()).actor_ref
+            for number in range(10)
+        ]
+        await host.wait_quiet()
+        assert [] == lanes()
+
+        await host.route.send_to_actor("agent-0", Add(2)).submit()
+        total = await host.route.request_to_actor("agent-0", Get(), reply_type=Total).submit()
+        assert 2 == total.value
+        await host.wait_quiet()
+        assert 1 == len(lanes())
+        node.idle_servers.sweep()
+        await host.wait_quiet()
+        assert 1 == len(lanes())
+        node.idle_servers.sweep()
+        with trio.fail_after(10):
+            while lanes():  # the retired lane runs to its end
+                await trio.lowlevel.checkpoint()
+
+        await host.route.send_to_actor("agent-0", Add(3)).submit()
+        total = await host.route.request_to_actor("agent-0", Get(), reply_type=Total).submit()
+        assert 5 == total.value
+        assert refs[1] is not None
+        with trio.fail_after(10):  # an idle Actor closes, though it had no lane
+            assert await host.actors.destroy(refs[1])
+        with pytest.raises(zl.ZLinkError):
+            await host.route.request_to_actor("agent-1", Get(), reply_type=Total).submit()

@@ -43,6 +43,12 @@ record names the other host, the source Spot's ``on_leave_actor`` starts, the la
 its turn deferred after this one end ``FAILED`` there) and what waited here is relayed; there
 the Spot's ``on_joined_actor`` and the Actor's ``on_join_completed`` run before any message
 (``arrive_joined``).
+Rule 7: an idle Actor holds no task (specs/spots.md SPOT-96), like an idle Spot (spots/
+activation.py Rule 10). The lane is started when the mailbox tells of an arrival and none runs
+(``start_lane``), and when a move admits the Actor here; it ends once it has waited in the empty
+mailbox through a whole idle period (engines/mailbox.py Rule 5), dropping an empty front. Closing
+starts a lane if none runs, so the lane that closes the Actor (Rule 4) always exists; each lane
+runs in a cancel scope of its own, which the closing deadline cuts.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ from zlink_trio._runtime.declarations.values import (
 )
 from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import ExecutionGate, Turn, enter_turn, leave_turn
-from zlink_trio._runtime.engines.mailbox import Burst
+from zlink_trio._runtime.engines.mailbox import Burst, Retired
 from zlink_trio._runtime.node.envelope import (
     Envelope,
     expired,
@@ -133,7 +139,9 @@ class ActorActivation(ActorIngress):
         self.keeps_record = False
         """The store record is another incarnation's (a move's source after the commit, or a
         restore before it): closing leaves it alone."""
-        self._turns = trio.CancelScope()
+        self._turns: trio.CancelScope | None = None
+        """The running lane's scope, which the closing deadline cuts (Rule 4)."""
+        self._closing_at: float | None = None
         self.creation = trio.CancelScope()
         """The creation of this activation (``creation.py``); shutdown cancels it (Rule 4)."""
         self.closed = trio.Event()
@@ -176,7 +184,19 @@ class ActorActivation(ActorIngress):
         self.spot = self.catalog.spots.entry
         self.spot.members.add(self)
         self.catalog.actors[self.actor_id] = self
-        self.node.activation_nursery.start_soon(self.run)
+        if self.queued:
+            self.start_lane()
+
+    def start_lane(self) -> None:
+        """Start the lane unless it runs (Rule 7)."""
+        if not self.lane_running:
+            self.lane_running = True
+            self.node.activation_nursery.start_soon(self.run)
+
+    def _arrived(self) -> None:
+        """The mailbox's ``on_arrival``: an item no parked lane will take (Rule 7)."""
+        if self.state is ActorState.READY or self.state is ActorState.CLOSING:
+            self.start_lane()
 
     async def abandon(self) -> None:
         """Creation did not reach Ready: release the store record (shielded, bounded)."""
@@ -195,10 +215,16 @@ class ActorActivation(ActorIngress):
     # --- the lane ------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """The lane: turns in queue order, each followed by the joins it deferred (Rules 1, 3)."""
+        """The lane: turns in queue order, each followed by the joins it deferred (Rules 1, 3);
+        it ends after a whole idle period, or closes the Actor once its queue is closed and
+        empty (Rules 4 and 7)."""
         front, burst = self.front, Burst(self.mailbox)  # mailbox.py Rule 4
+        retired = False
+        scope = self._turns = trio.CancelScope()
+        if self._closing_at is not None:
+            self.node.clock.set_deadline(scope, self._closing_at)
         try:
-            with self._turns:
+            with scope:
                 while True:
                     if front:
                         envelope, permit = front.popleft()
@@ -208,6 +234,9 @@ class ActorActivation(ActorIngress):
                         try:
                             envelope = await burst.take()
                         except trio.EndOfChannel:
+                            break
+                        except Retired:
+                            retired = True
                             break
                         if envelope is WAKE:
                             continue
@@ -238,8 +267,13 @@ class ActorActivation(ActorIngress):
         except Exception:
             _log.exception("the lane of Actor %s failed", self.actor_id)
         finally:
-            with trio.CancelScope(shield=True):
-                await self._finish()
+            if retired:
+                self.lane_running = False
+                if not front:
+                    self._front = None  # an idle Actor keeps no deque (Rule 7)
+            else:
+                with trio.CancelScope(shield=True):
+                    await self._finish()
 
     async def _message_turn(self, envelope: Envelope, permit: bool) -> list[DeferredJoin]:
         handler = envelope.handler
@@ -458,15 +492,18 @@ class ActorActivation(ActorIngress):
         self.state = ActorState.CLOSING
         self._drop_admitted = not drain
         self.mailbox.close()
-        self.node.clock.set_deadline(self._turns, deadline)
+        self._closing_at = deadline
+        if self._turns is not None:
+            self.node.clock.set_deadline(self._turns, deadline)
+        self.start_lane()  # the lane drains or drops what is queued, then closes (Rule 4)
         return True
 
     async def _finish(self) -> None:
         self.state = ActorState.CLOSED
         self.catalog.live.discard(self)
         self.mailbox.close()
-        left = [*self.front, *((envelope, True) for envelope in self.mailbox.take_all())]
-        self.front.clear()
+        left = [*(self._front or ()), *((envelope, True) for envelope in self.mailbox.take_all())]
+        self._front = None
         for envelope, permit in left:
             if envelope is WAKE:
                 continue

@@ -37,9 +37,12 @@ class ActorIngress:
     busy: bool
 
     def __init__(self, node: LocalNode) -> None:
-        self.mailbox = Mailbox[Envelope](node.config.mailbox_limit)
-        self.front: collections.deque[Entry] = collections.deque()
-        """Served before the mailbox (Rule 1)."""
+        self.mailbox: Mailbox[Envelope] = Mailbox(
+            node.config.mailbox_limit, self._arrived, node.idle_servers
+        )
+        self._front: collections.deque[Entry] | None = None
+        self.lane_running = False
+        """A lane task exists (serving, or parked in the mailbox: activation.py Rule 7)."""
         self.hold: Hold | None = None
         """Set while sealed for a move, and for good once detached (actors/sealing.py)."""
         self.parked = False
@@ -49,20 +52,40 @@ class ActorIngress:
     def accepting(self) -> bool:
         raise NotImplementedError
 
+    def _arrived(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def front(self) -> collections.deque[Entry]:
+        """Served before the mailbox (Rule 1); made when first used, dropped by a lane that ends
+        with it empty (activation.py Rule 7)."""
+        front = self._front
+        if front is None:
+            front = self._front = collections.deque()
+        return front
+
+    @property
+    def queued(self) -> bool:
+        """Whether anything waits in the front or the mailbox."""
+        return bool(self._front) or len(self.mailbox) > 0
+
     @property
     def resting(self) -> bool:
-        """The lane has no message in hand: it waits in the mailbox, or for a seal to end
-        (trio hands a received message over before the receiver runs)."""
-        return self.parked or (not self.busy and self.mailbox.server_waiting)
+        """The lane has no message in hand: there is no lane, it waits in the mailbox, or it
+        waits for a seal to end."""
+        return (
+            self.parked or not self.lane_running or (not self.busy and self.mailbox.server_waiting)
+        )
 
     def _held(self, hold: Hold, envelope: Envelope) -> None:
         hold.admit(envelope, self.node.jobs.release)
 
     def push_front(self, entries: list[Entry]) -> None:
         """Queue ``entries`` after the front's, before the mailbox, and wake an idle lane."""
-        was_empty = not self.front
-        self.front.extend(entries)
-        if was_empty and self.front:
+        front = self.front
+        was_empty = not front
+        front.extend(entries)
+        if was_empty and front:
             # A mailbox closed by closing refuses it: the lane ends, and _finish fails the rest.
             with contextlib.suppress(ZLinkError):
                 self.mailbox.try_put(WAKE, "")

@@ -316,7 +316,7 @@ class RestoredActor:
         actor.spot = member_of
         member_of.members.add(actor)
         actor.catalog.actors[actor.actor_id] = actor
-        actor.node.activation_nursery.start_soon(actor.run)
+        actor.start_lane()
 
     def commit(self, claim: Claim) -> None:
         """The record names this host: ``claim`` is this incarnation's from now on."""
