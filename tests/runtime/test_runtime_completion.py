@@ -81,7 +81,7 @@ async def test_a_completion_runs_in_a_fresh_turn_not_on_the_settling_stack() -> 
         dispatcher.close()
 
 
-@pytest.mark.spec("CMP-11.2", "CMP-11.1")
+@pytest.mark.spec("CMP-11.2", "CMP-11.1", "DEC-27")
 async def test_an_awaited_request_resumes_its_caller_after_the_settling_path_without_the_lane() -> (
     None
 ):

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 from zlink_trio._runtime.engines.mailbox import (
+    IDLE_PERIOD,
     TAKEN_PER_CHECKPOINT,
     Burst,
     IdleServers,
@@ -165,11 +166,12 @@ def _parked_take(mailbox: Mailbox[int], results: list[object]) -> Callable[[], A
     return take
 
 
-@pytest.mark.spec("SPOT-96")
+@pytest.mark.spec("SPOT-96", "DEC-28")
 async def test_a_server_parked_through_a_whole_idle_period_is_retired() -> None:
     """A server parked in ``take`` outlives the sweep that ends the period it parked in and is
     retired by the next one; an arrival in between restarts its period."""
     async with trio.open_nursery() as nursery:
+        assert 1.0 == IDLE_PERIOD  # DEC-28
         idle = IdleServers(nursery, period=math.inf)  # swept by hand below
         mailbox: Mailbox[int] = Mailbox(4, idle=idle)
         results: list[object] = []

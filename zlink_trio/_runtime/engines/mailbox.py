@@ -48,7 +48,15 @@ from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_resch
 
 from zlink_trio.errors import ErrorKind, ZLinkError
 
-__all__ = ["TAKEN_PER_CHECKPOINT", "Burst", "IdleServers", "JobPermits", "Mailbox", "Retired"]
+__all__ = [
+    "IDLE_PERIOD",
+    "TAKEN_PER_CHECKPOINT",
+    "Burst",
+    "IdleServers",
+    "JobPermits",
+    "Mailbox",
+    "Retired",
+]
 
 T = TypeVar("T")
 
