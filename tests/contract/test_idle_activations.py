@@ -35,8 +35,7 @@ class Total:
     value: int
 
 
-@app.user_spot("idle.Counter")
-class Counter(zl.Spot):
+class Tally:
     def __init__(self) -> None:
         self.value = 0
 
@@ -47,6 +46,16 @@ class Counter(zl.Spot):
     @zl.request_handler(Get)
     async def get(self, req: Get) -> Total:
         return Total(self.value)
+
+
+@app.user_spot("idle.Counter")
+class Counter(Tally, zl.Spot):
+    pass
+
+
+@app.actor("idle.Agent")
+class Agent(Tally, zl.Actor):
+    pass
 
 
 def all_tasks() -> list[trio.lowlevel.Task]:
@@ -126,20 +135,6 @@ async def test_a_spot_fed_again_within_the_period_keeps_its_gate_task(store_dsn:
         assert [id(task) for task in first] == [id(task) for task in activation_tasks()]
         total = await host.route.request_to_spot("fed", Get(), reply_type=Total).submit()
         assert 2 == total.value
-
-
-@app.actor("idle.Agent")
-class Agent(zl.Actor):
-    def __init__(self) -> None:
-        self.value = 0
-
-    @zl.packet_handler(Add)
-    async def add(self, msg: Add) -> None:
-        self.value += msg.amount
-
-    @zl.request_handler(Get)
-    async def get(self, req: Get) -> Total:
-        return Total(self.value)
 
 
 def lanes() -> list[trio.lowlevel.Task]:

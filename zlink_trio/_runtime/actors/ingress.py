@@ -16,20 +16,18 @@ Rule 3: whoever gives an idle lane front entries from outside puts ``WAKE`` into
 
 from __future__ import annotations
 
-import collections
 import contextlib
 
-from zlink_trio._runtime.engines.mailbox import Mailbox
 from zlink_trio._runtime.node.envelope import Envelope, admitted
 from zlink_trio._runtime.node.node import LocalNode
-from zlink_trio._runtime.spots.ingress import WAKE, Entry, Hold
+from zlink_trio._runtime.spots.ingress import WAKE, Entry, Hold, Queues
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId
 
 __all__ = ["ActorIngress"]
 
 
-class ActorIngress:
+class ActorIngress(Queues):
     """The admission side of one Actor activation (Rules 1-3)."""
 
     node: LocalNode
@@ -37,10 +35,7 @@ class ActorIngress:
     busy: bool
 
     def __init__(self, node: LocalNode) -> None:
-        self.mailbox: Mailbox[Envelope] = Mailbox(
-            node.config.mailbox_limit, self._arrived, node.idle_servers
-        )
-        self._front: collections.deque[Entry] | None = None
+        super().__init__(node)
         self.lane_running = False
         """A lane task exists (serving, or parked in the mailbox: activation.py Rule 7)."""
         self.hold: Hold | None = None
@@ -51,23 +46,6 @@ class ActorIngress:
     @property
     def accepting(self) -> bool:
         raise NotImplementedError
-
-    def _arrived(self) -> None:
-        raise NotImplementedError
-
-    @property
-    def front(self) -> collections.deque[Entry]:
-        """Served before the mailbox (Rule 1); made when first used, dropped by a lane that ends
-        with it empty (activation.py Rule 7)."""
-        front = self._front
-        if front is None:
-            front = self._front = collections.deque()
-        return front
-
-    @property
-    def queued(self) -> bool:
-        """Whether anything waits in the front or the mailbox."""
-        return bool(self._front) or len(self.mailbox) > 0
 
     @property
     def resting(self) -> bool:

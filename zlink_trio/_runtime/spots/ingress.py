@@ -37,7 +37,7 @@ from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import SpotId
 
-__all__ = ["WAKE", "Hold", "SpotIngress"]
+__all__ = ["WAKE", "Hold", "Queues", "SpotIngress"]
 
 WAKE = cast(Envelope, object())
 """The marker that wakes an idle gate task (Rule 3); it is never a message."""
@@ -105,26 +105,27 @@ class Hold:
             self.forward(envelope)
 
 
-class SpotIngress:
-    """The admission side of one Spot activation (Rules 1-3)."""
+class Queues:
+    """The mailbox and the front of one Spot or Actor activation (Rule 1), which an idle one
+    keeps without a task or a deque (spots/activation.py Rule 10, actors/activation.py
+    Rule 7)."""
 
-    __slots__ = ("_front", "hold", "mailbox", "node", "spot_id")
-
-    node: LocalNode
-    spot_id: SpotId
+    __slots__ = ("_front", "mailbox")
 
     def __init__(self, node: LocalNode) -> None:
         self.mailbox: Mailbox[Envelope] = Mailbox(
             node.config.mailbox_limit, self._arrived, node.idle_servers
         )
         self._front: collections.deque[Entry] | None = None
-        self.hold: Hold | None = None
-        """Set while sealed for a relocation, and for good once detached (Rule 1)."""
+
+    def _arrived(self) -> None:
+        """The mailbox's ``on_arrival``: start the unit's serving task if none runs."""
+        raise NotImplementedError
 
     @property
     def front(self) -> collections.deque[Entry]:
-        """Served before the mailbox (Rule 1); made when first used, dropped by a gate task
-        that ends with it empty (an idle activation keeps no deque: activation.py Rule 10)."""
+        """Served before the mailbox (Rule 1); made when first used, dropped by a serving task
+        that ends with it empty."""
         front = self._front
         if front is None:
             front = self._front = collections.deque()
@@ -135,11 +136,22 @@ class SpotIngress:
         """Whether anything waits in the front or the mailbox."""
         return bool(self._front) or len(self.mailbox) > 0
 
+
+class SpotIngress(Queues):
+    """The admission side of one Spot activation (Rules 1-3)."""
+
+    __slots__ = ("hold", "node", "spot_id")
+
+    node: LocalNode
+    spot_id: SpotId
+
+    def __init__(self, node: LocalNode) -> None:
+        super().__init__(node)
+        self.hold: Hold | None = None
+        """Set while sealed for a relocation, and for good once detached (Rule 1)."""
+
     @property
     def accepting(self) -> bool:
-        raise NotImplementedError
-
-    def _arrived(self) -> None:
         raise NotImplementedError
 
     def traced_name(self) -> str:
