@@ -176,3 +176,36 @@ async def test_an_idle_actor_holds_no_lane_and_a_message_starts_one(store_dsn: s
             assert await host.actors.destroy(refs[1])
         with pytest.raises(zl.ZLinkError):
             await host.route.request_to_actor("agent-1", Get(), reply_type=Total).submit()
+
+
+@pytest.mark.spec("SPOT-96")
+async def test_a_crashed_part_ends_the_host_with_its_own_error_and_closes_idle_units(
+    store_dsn: str,
+) -> None:
+    """A part of the host raises while Spots and Actors sit idle without tasks: the host ends
+    with that error alone, and the shutdown still closes every idle unit (its ``_finish``
+    runs: the record's release is tried, ``closed`` is set), though the activations' nursery
+    had ended before it and with it any task that could have."""
+    spots: list[Any] = []
+    actors: list[Any] = []
+
+    async def crash() -> None:
+        raise RuntimeError("a part of the host crashed")
+
+    async def until_the_crash() -> None:
+        async with open_test_host(app, dsn=store_dsn) as host:
+            catalog: Any = host.host._messaging.spots  # type: ignore[attr-defined]
+            for number in range(3):
+                await host.spots.get_or_create(f"crash-{number}", "idle.Counter").submit()
+                await host.actors.create(f"crash-agent-{number}", "idle.Agent").submit()
+            await host.wait_quiet()
+            spots.extend(catalog.activations[SpotId(f"crash-{n}")] for n in range(3))
+            actors.extend(host.host._messaging.actors.actors.values())  # type: ignore[attr-defined]
+            assert [] == activation_tasks()
+            host.host._tree.nursery.start_soon(crash)  # type: ignore[attr-defined]
+            await trio.sleep_forever()
+
+    with pytest.raises(RuntimeError, match="a part of the host crashed"):
+        await until_the_crash()
+    assert 6 == len([*spots, *actors])
+    assert all(unit.closed.is_set() for unit in [*spots, *actors])

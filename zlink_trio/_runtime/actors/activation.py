@@ -145,6 +145,8 @@ class ActorActivation(ActorIngress):
         self.creation = trio.CancelScope()
         """The creation of this activation (``creation.py``); shutdown cancels it (Rule 4)."""
         self.closed = trio.Event()
+        self.stranded = False
+        """Closing began after the activations nursery ended: the shutdown closes it."""
         catalog.live.add(self)
 
     @property
@@ -190,8 +192,14 @@ class ActorActivation(ActorIngress):
     def start_lane(self) -> None:
         """Start the lane unless it runs (Rule 7)."""
         if not self.lane_running:
-            self.lane_running = True
-            self.node.activation_nursery.start_soon(self.run)
+            self.lane_running = self.node.spawn(self.run)
+
+    async def close_stranded(self) -> None:
+        """The lane that closes the Actor, when ``begin_close`` could not start one
+        (``stranded``): run by the shutdown of a host whose activations nursery has ended."""
+        self.stranded = False
+        self.lane_running = True
+        await self.run()
 
     def _arrived(self) -> None:
         """The mailbox's ``on_arrival``: an item no parked lane will take (Rule 7)."""
@@ -496,6 +504,7 @@ class ActorActivation(ActorIngress):
         if self._turns is not None:
             self.node.clock.set_deadline(self._turns, deadline)
         self.start_lane()  # the lane drains or drops what is queued, then closes (Rule 4)
+        self.stranded = not self.lane_running
         return True
 
     async def _finish(self) -> None:

@@ -144,8 +144,11 @@ class IdleServers:
     def _park(self, mailbox: Mailbox[Any]) -> None:
         self._parked[mailbox] = self._sweep
         if not self._sweeping:
+            try:
+                self._nursery.start_soon(self._sweeper)
+            except RuntimeError:  # the host is ending after a crash: nothing to retire for
+                return
             self._sweeping = True
-            self._nursery.start_soon(self._sweeper)
 
     def _unpark(self, mailbox: Mailbox[Any]) -> None:
         self._parked.pop(mailbox, None)

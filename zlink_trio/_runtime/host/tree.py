@@ -225,6 +225,14 @@ class TaskTree:
                 activation.begin_close(SpotCloseReason.HOST_SHUTDOWN, deadline, drain=False)
             # The closing deadline bounds on_closing; the store release after it gets as long.
             with trio.move_on_at(started + closing_for + node.config.store_release_timeout):
+                # A part crashed and the activations nursery has ended: idle units had no task
+                # to end with it, so their closes run here (spots/activation.py Rule 10).
+                stranded = [actor.close_stranded for actor in actors if actor.stranded]
+                stranded += [spot.close_stranded for spot in closing if spot.stranded]
+                if stranded:
+                    async with trio.open_nursery() as closes:
+                        for close in stranded:
+                            closes.start_soon(close)
                 # Waiting on an Event that is already set is still a checkpoint, one pass of the
                 # scheduler each: with 10,000 Spots that alone was ~0.4 s, so skip those.
                 for event in [a.closed for a in actors] + [a.closed for a in closing]:

@@ -21,7 +21,7 @@ costs each of those places one attribute read and formats nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -86,6 +86,16 @@ class LocalNode:
         """Report admissions, turns and call outcomes to ``trace`` (``None``: stop)."""
         self.trace = trace
         self.dispatcher.trace = trace
+
+    def spawn(self, function: Callable[..., Awaitable[object]], *args: object) -> bool:
+        """Start ``function(*args)`` in the activations nursery; ``False`` once that nursery has
+        ended (a part of the host crashed and the host is ending): the caller leaves the work to
+        the shutdown (spots/activation.py Rule 10)."""
+        try:
+            self.activation_nursery.start_soon(function, *args)
+        except RuntimeError:  # "Nursery is closed to new arrivals"
+            return False
+        return True
 
     def check_admitting(self) -> None:
         """Raise ``SHUTTING_DOWN`` once shutdown has sealed admission (SHUT-4.6), and

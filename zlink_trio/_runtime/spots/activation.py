@@ -79,7 +79,10 @@ like the turns nursery it replaces, its failure is logged, and ``_close`` waits 
 left. A gate task is started when the mailbox tells of an arrival and none exists
 (``_arrived``); it serves until the mailbox is closed and empty, or until it was parked in the
 mailbox through a whole idle period (engines/mailbox.py Rule 5), so a busy Spot keeps one gate
-task and an idle one has none. A Spot with running timers keeps their tasks.
+task and an idle one has none. A Spot with running timers keeps their tasks. When a part of the
+host crashed, the activations nursery ends before the shutdown closes the Spots: no task can
+start (``LocalNode.spawn`` says so), so ``begin_close`` marks the activation ``stranded`` and
+the shutdown runs its close in a task of its own (host/tree.py); an Actor the same way.
 """
 
 from __future__ import annotations
@@ -162,6 +165,7 @@ class Activation(SpotIngress):
         "shared_gate",
         "spot_type",
         "state",
+        "stranded",
         "timer_gate",
     )
 
@@ -217,6 +221,8 @@ class Activation(SpotIngress):
         self._parked = False
         self.keeps_record = False
         """The store record is another incarnation's: ``_finish`` leaves it (Rule 9)."""
+        self.stranded = False
+        """Closing began after the activations nursery ended: the shutdown closes it."""
         self.restoring: Callable[[Any], Awaitable[None]] | None = None
         """Set for an incarnation restored from a snapshot (sealing.py): runs instead of the
         lifecycle callbacks, which ran for this generation already."""
@@ -362,8 +368,8 @@ class Activation(SpotIngress):
         if starting:
             assert self._starting is not None
             clock.set_deadline(self._starting, deadline)  # ``run`` closes it once started
-        else:
-            self.node.activation_nursery.start_soon(self._close)
+        elif not self.node.spawn(self._close):
+            self.stranded = True  # the shutdown runs ``close_stranded`` itself (Rule 10)
         return True
 
     async def run(
@@ -496,14 +502,23 @@ class Activation(SpotIngress):
         """The mailbox's ``on_arrival``: an item no parked gate task will take (Rule 10)."""
         if self._gate_running or self.state is ActivationState.ACTIVATING:
             return  # the gate task will find it, or ``run`` starts one once Ready
-        self._gate_running = True
-        self.start_soon(self._serve_mailbox)
+        self._gate_running = self.start_soon(self._serve_mailbox)
 
-    def start_soon(self, function: Callable[..., Awaitable[None]], *args: Any) -> None:
+    def start_soon(self, function: Callable[..., Awaitable[None]], *args: Any) -> bool:
         """Run ``function(*args)`` as a task of this activation: counted, in a cancel scope of
-        its own that the closing deadline cuts, its failure logged (Rule 10)."""
+        its own that the closing deadline cuts, its failure logged (Rule 10). ``False`` when
+        the host is ending after a crash and no task can start."""
         self._tasks += 1
-        self.node.activation_nursery.start_soon(self._task, function, args)
+        if self.node.spawn(self._task, function, args):
+            return True
+        self._tasks -= 1
+        return False
+
+    async def close_stranded(self) -> None:
+        """The close that ``begin_close`` could not start (``stranded``), run by the shutdown
+        of a host whose activations nursery has ended."""
+        self.stranded = False
+        await self._close()
 
     async def _task(self, function: Callable[..., Awaitable[None]], args: tuple[Any, ...]) -> None:
         scope = trio.CancelScope()
@@ -531,8 +546,7 @@ class Activation(SpotIngress):
         every task of the activation ends, then ``on_closing`` runs and the record goes."""
         try:
             if not self._gate_running and self.queued:
-                self._gate_running = True
-                self.start_soon(self._serve_mailbox)
+                self._gate_running = self.start_soon(self._serve_mailbox)
             while self._tasks:
                 self._drained = trio.Event()
                 await self._drained.wait()

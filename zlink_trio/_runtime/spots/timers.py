@@ -49,7 +49,7 @@ __all__ = ["SpotTimers"]
 class Spawner(Protocol):
     """Where timer tasks run: the activation's own tasks (spots/activation.py Rule 10)."""
 
-    def start_soon(self, function: Callable[..., Awaitable[None]], *args: Any) -> None: ...
+    def start_soon(self, function: Callable[..., Awaitable[None]], *args: Any) -> object: ...
 
 
 class SpotTimers:
