@@ -178,7 +178,7 @@ async def test_an_idle_actor_holds_no_lane_and_a_message_starts_one(store_dsn: s
             await host.route.request_to_actor("agent-1", Get(), reply_type=Total).submit()
 
 
-@pytest.mark.spec("SPOT-96")
+@pytest.mark.spec("SHUT-4.18", "SPOT-96")
 async def test_a_crashed_part_ends_the_host_with_its_own_error_and_closes_idle_units(
     store_dsn: str,
 ) -> None:
