@@ -6,56 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import pytest
 import trio
 
 import zlink_trio as zl
+from tests.contract.tally_app import Add, Get, Total, app
 from zlink_trio.ids import SpotId
 from zlink_trio.testing import open_test_host
-
-app = zl.Application()
-
-
-@app.message("idle.Add")
-@attrs.frozen
-class Add:
-    amount: int
-
-
-@app.message("idle.Get")
-@attrs.frozen
-class Get:
-    pass
-
-
-@app.message("idle.Total")
-@attrs.frozen
-class Total:
-    value: int
-
-
-class Tally:
-    def __init__(self) -> None:
-        self.value = 0
-
-    @zl.packet_handler(Add)
-    async def add(self, msg: Add) -> None:
-        self.value += msg.amount
-
-    @zl.request_handler(Get)
-    async def get(self, req: Get) -> Total:
-        return Total(self.value)
-
-
-@app.user_spot("idle.Counter")
-class Counter(Tally, zl.Spot):
-    pass
-
-
-@app.actor("idle.Agent")
-class Agent(Tally, zl.Actor):
-    pass
 
 
 def all_tasks() -> list[trio.lowlevel.Task]:
@@ -93,7 +50,7 @@ async def test_an_idle_spot_holds_no_task_and_a_message_starts_one(store_dsn: st
         node: Any = host.host._node  # type: ignore[attr-defined]
         catalog: Any = host.host._messaging.spots  # type: ignore[attr-defined]
         for number in range(20):
-            await host.spots.get_or_create(f"idle-{number}", "idle.Counter").submit()
+            await host.spots.get_or_create(f"idle-{number}", "tally.Counter").submit()
         await host.wait_quiet()
         assert [] == activation_tasks()
 
@@ -122,7 +79,7 @@ async def test_a_spot_fed_again_within_the_period_keeps_its_gate_task(store_dsn:
     the gate task, and the message was served by that same task (no task start)."""
     async with open_test_host(app, dsn=store_dsn) as host:
         node: Any = host.host._node  # type: ignore[attr-defined]
-        await host.spots.get_or_create("fed", "idle.Counter").submit()
+        await host.spots.get_or_create("fed", "tally.Counter").submit()
         await host.route.send_to_spot("fed", Add(1)).submit()
         await host.wait_quiet()
         first = activation_tasks()
@@ -149,7 +106,7 @@ async def test_an_idle_actor_holds_no_lane_and_a_message_starts_one(store_dsn: s
     async with open_test_host(app, dsn=store_dsn) as host:
         node: Any = host.host._node  # type: ignore[attr-defined]
         refs = [
-            (await host.actors.create(f"agent-{number}", "idle.Agent").submit()).actor_ref
+            (await host.actors.create(f"agent-{number}", "tally.Agent").submit()).actor_ref
             for number in range(10)
         ]
         await host.wait_quiet()
@@ -196,8 +153,8 @@ async def test_a_crashed_part_ends_the_host_with_its_own_error_and_closes_idle_u
         async with open_test_host(app, dsn=store_dsn) as host:
             catalog: Any = host.host._messaging.spots  # type: ignore[attr-defined]
             for number in range(3):
-                await host.spots.get_or_create(f"crash-{number}", "idle.Counter").submit()
-                await host.actors.create(f"crash-agent-{number}", "idle.Agent").submit()
+                await host.spots.get_or_create(f"crash-{number}", "tally.Counter").submit()
+                await host.actors.create(f"crash-agent-{number}", "tally.Agent").submit()
             await host.wait_quiet()
             spots.extend(catalog.activations[SpotId(f"crash-{n}")] for n in range(3))
             actors.extend(host.host._messaging.actors.actors.values())  # type: ignore[attr-defined]
