@@ -172,7 +172,12 @@ async def test_a_server_parked_through_a_whole_idle_period_is_retired() -> None:
     retired by the next one; an arrival in between restarts its period."""
     async with trio.open_nursery() as nursery:
         assert 1.0 == IDLE_PERIOD  # DEC-28
-        idle = IdleServers(nursery, period=math.inf)  # swept by hand below
+
+        def spawn(function: Callable[[], Awaitable[None]]) -> bool:
+            nursery.start_soon(function)
+            return True
+
+        idle = IdleServers(spawn, period=math.inf)  # swept by hand below
         mailbox: Mailbox[int] = Mailbox(4, idle=idle)
         results: list[object] = []
         nursery.start_soon(_parked_take(mailbox, results))

@@ -145,8 +145,6 @@ class ActorActivation(ActorIngress):
         self.creation = trio.CancelScope()
         """The creation of this activation (``creation.py``); shutdown cancels it (Rule 4)."""
         self.closed = trio.Event()
-        self.stranded = False
-        """Closing began after the activations nursery ended: the shutdown closes it."""
         catalog.live.add(self)
 
     @property
@@ -194,10 +192,14 @@ class ActorActivation(ActorIngress):
         if not self.lane_running:
             self.lane_running = self.node.spawn(self.run)
 
+    @property
+    def stranded(self) -> bool:
+        """Closing, with no lane to close it: ``begin_close`` could not start one because the
+        activations nursery has ended (a part of the host crashed)."""
+        return self.state is ActorState.CLOSING and not self.lane_running
+
     async def close_stranded(self) -> None:
-        """The lane that closes the Actor, when ``begin_close`` could not start one
-        (``stranded``): run by the shutdown of a host whose activations nursery has ended."""
-        self.stranded = False
+        """The lane that closes a ``stranded`` Actor, run by the shutdown itself."""
         self.lane_running = True
         await self.run()
 
@@ -315,10 +317,8 @@ class ActorActivation(ActorIngress):
                 fence = self.node.fence
                 if not fence.serving:  # a turn starts only while the lease holds (MESH-21)
                     await fence.wait_serving()
-                # Only a request expires: a packet's turn reads no clock (envelope.py Rule 3).
-                if envelope.reply_route is not None and (
-                    late := expired(envelope, self.node.clock.now())
-                ):  # nobody waits for it any more
+                late = expired(envelope, self.node.clock)
+                if late is not None:  # nobody waits for it any more (envelope.py Rule 3)
                     fail_one(self.node.dispatcher, envelope, late)
                     return []
                 result = await method(*arguments)
@@ -504,7 +504,6 @@ class ActorActivation(ActorIngress):
         if self._turns is not None:
             self.node.clock.set_deadline(self._turns, deadline)
         self.start_lane()  # the lane drains or drops what is queued, then closes (Rule 4)
-        self.stranded = not self.lane_running
         return True
 
     async def _finish(self) -> None:

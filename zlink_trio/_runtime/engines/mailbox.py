@@ -39,7 +39,7 @@ envelope that never entered a mailbox gives its permit back at once.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import trio
@@ -132,10 +132,13 @@ class IdleServers:
     """The servers parked in their mailboxes' ``take``, retired after a whole idle period
     (Rule 5). One per host; its sweeper task runs only while a server is parked."""
 
-    __slots__ = ("_nursery", "_parked", "_period", "_sweep", "_sweeping")
+    __slots__ = ("_parked", "_period", "_spawn", "_sweep", "_sweeping")
 
-    def __init__(self, nursery: trio.Nursery, period: float = IDLE_PERIOD) -> None:
-        self._nursery = nursery
+    def __init__(
+        self, spawn: Callable[[Callable[[], Awaitable[None]]], bool], period: float = IDLE_PERIOD
+    ) -> None:
+        self._spawn = spawn
+        """Starts the sweeper task; ``False`` when it cannot (the host is ending)."""
         self._period = period
         self._parked: dict[Mailbox[Any], int] = {}
         self._sweep = 0
@@ -144,11 +147,7 @@ class IdleServers:
     def _park(self, mailbox: Mailbox[Any]) -> None:
         self._parked[mailbox] = self._sweep
         if not self._sweeping:
-            try:
-                self._nursery.start_soon(self._sweeper)
-            except RuntimeError:  # the host is ending after a crash: nothing to retire for
-                return
-            self._sweeping = True
+            self._sweeping = self._spawn(self._sweeper)
 
     def _unpark(self, mailbox: Mailbox[Any]) -> None:
         self._parked.pop(mailbox, None)

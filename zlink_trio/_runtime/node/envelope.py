@@ -23,6 +23,7 @@ import attrs
 
 from zlink_trio._runtime.declarations.registry import Handler
 from zlink_trio._runtime.declarations.values import MessageContext
+from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.engines.completion import CompletionDispatcher, Outcome
 from zlink_trio._wire.ids import ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -93,10 +94,11 @@ def handler_failed(handler: Handler, owner: str, error: Exception) -> ZLinkError
     )
 
 
-def expired(envelope: Envelope, now: float) -> ZLinkError | None:
-    """The error of a request whose deadline has passed by ``now`` (Rule 3), else ``None``."""
+def expired(envelope: Envelope, clock: Clock) -> ZLinkError | None:
+    """The error of a request whose deadline has passed on ``clock`` (Rule 3), else ``None``;
+    only a request with a deadline reads the clock (a one-way turn costs no clock read)."""
     deadline = envelope.context.deadline
-    if envelope.reply_route is None or deadline is None or now < deadline:
+    if envelope.reply_route is None or deadline is None or clock.now() < deadline:
         return None
     return ZLinkError(
         ErrorKind.DEADLINE_EXCEEDED,

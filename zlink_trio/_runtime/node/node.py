@@ -70,7 +70,7 @@ class LocalNode:
         """The host's one worker scheduler; closed when shutdown seals admission."""
         self.jobs = JobPermits(config.app_job_queue_size)
         """The host's shared application job queue (mailbox.py Rule 1)."""
-        self.idle_servers = IdleServers(activation_nursery)
+        self.idle_servers = IdleServers(self.spawn)
         """Retires the gate tasks of Spots idle for a whole period (mailbox.py Rule 5)."""
         self.admitting = True
         self.placing: str | None = None

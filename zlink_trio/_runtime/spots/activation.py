@@ -154,7 +154,6 @@ class Activation(SpotIngress):
         "_scopes",
         "_settled",
         "_starting",
-        "_tasks",
         "_timers",
         "_unsettled",
         "catalog",
@@ -196,10 +195,9 @@ class Activation(SpotIngress):
         self._members: set[Any] | None = None
         self._starting: trio.CancelScope | None = trio.CancelScope()
         """Cuts the start at the closing deadline; dropped once started."""
-        self._tasks = 0
-        """Gate, timer and idle-watch tasks running now (Rule 10)."""
         self._scopes: list[trio.CancelScope] | None = None
-        """Their cancel scopes, which the closing deadline cuts (Rule 3)."""
+        """One cancel scope per task of the activation (gate, timer, idle watch) started and
+        not ended, which the closing deadline cuts (Rules 3, 10); ``None`` when there is none."""
         self._drained: trio.Event | None = None
         self._gate_running = False
         """A gate task exists (serving, or parked in the mailbox: Rule 10)."""
@@ -508,11 +506,16 @@ class Activation(SpotIngress):
         """Run ``function(*args)`` as a task of this activation: counted, in a cancel scope of
         its own that the closing deadline cuts, its failure logged (Rule 10). ``False`` when
         the host is ending after a crash and no task can start."""
-        self._tasks += 1
-        if self.node.spawn(self._task, function, args):
-            return True
-        self._tasks -= 1
-        return False
+        scope = trio.CancelScope()
+        if self.state is ActivationState.CLOSING or self.state is ActivationState.CLOSED:
+            self.node.clock.set_deadline(scope, self._closing.deadline)
+        if not self.node.spawn(self._task, scope, function, args):
+            return False
+        scopes = self._scopes
+        if scopes is None:
+            scopes = self._scopes = []
+        scopes.append(scope)
+        return True
 
     async def close_stranded(self) -> None:
         """The close that ``begin_close`` could not start (``stranded``), run by the shutdown
@@ -520,34 +523,33 @@ class Activation(SpotIngress):
         self.stranded = False
         await self._close()
 
-    async def _task(self, function: Callable[..., Awaitable[None]], args: tuple[Any, ...]) -> None:
-        scope = trio.CancelScope()
-        if self.state is not ActivationState.READY and self.state is not ActivationState.ACTIVATING:
-            self.node.clock.set_deadline(scope, self._closing.deadline)
-        scopes = self._scopes
-        if scopes is None:
-            scopes = self._scopes = []
-        scopes.append(scope)
+    async def _task(
+        self,
+        scope: trio.CancelScope,
+        function: Callable[..., Awaitable[None]],
+        args: tuple[Any, ...],
+    ) -> None:
         try:
             with scope:
                 await function(*args)
         except Exception:
             _log.exception("Spot %s failed while serving", self.spot_id)
         finally:
+            scopes = self._scopes
+            assert scopes is not None  # holds this task's scope
             scopes.remove(scope)
-            if not scopes and self._scopes is scopes:
+            if not scopes:
                 self._scopes = None
-            self._tasks -= 1
-            if not self._tasks and self._drained is not None:
-                self._drained.set()
+                if self._drained is not None:
+                    self._drained.set()
 
     async def _close(self) -> None:
         """Closing after Ready (Rule 3): what was admitted drains or is dropped by a gate task,
         every task of the activation ends, then ``on_closing`` runs and the record goes."""
         try:
-            if not self._gate_running and self.queued:
-                self._gate_running = self.start_soon(self._serve_mailbox)
-            while self._tasks:
+            if self.queued:
+                self._arrived()  # a gate task drains or drops what was admitted
+            while self._scopes:
                 self._drained = trio.Event()
                 await self._drained.wait()
             await self._run_on_closing()
@@ -686,10 +688,8 @@ class Activation(SpotIngress):
                 fence = self.node.fence
                 if not fence.serving:  # a turn starts only while the lease holds (MESH-21)
                     await fence.wait_serving()
-                # Only a request expires: a packet's turn reads no clock (envelope.py Rule 3).
-                if envelope.reply_route is not None and (
-                    late := expired(envelope, self.node.clock.now())
-                ):  # nobody waits for it any more
+                late = expired(envelope, self.node.clock)
+                if late is not None:  # nobody waits for it any more (envelope.py Rule 3)
                     self._fail_one(envelope, late)
                     return
                 result = await method(*arguments)
