@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.contract.early_sender import send_early_after_commit
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -327,10 +328,12 @@ async def test_an_actor_whose_capture_fails_serves_on_where_it_was(store_dsn: st
 
 
 @pytest.mark.spec("RELOC-60")
-async def test_an_actors_early_sender_is_not_served_before_the_relay(store_dsn: str) -> None:
+async def test_an_actors_early_sender_is_not_served_before_the_relay(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """As for a Spot (test_spot_move.py): "before" waits at the seal; the target host sends
-    "after" straight to the moved Actor before the source relays "before"; "before" runs
-    first."""
+    "after" straight to the moved Actor once it took the commit, before the source relays
+    "before"; "before" runs first."""
     global stalled, go_on
     stalled, go_on = trio.Event(), trio.Event()
     marks.clear()
@@ -338,20 +341,11 @@ async def test_an_actors_early_sender_is_not_served_before_the_relay(store_dsn: 
         open_test_stores(store_dsn) as stores,
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+        trio.open_nursery() as senders,
     ):
         await _meet(source, target)
-        arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
-        answer_commit = arrivals.on_request
-
-        async def commit_then_send_early(source_rid: Any, unit: Any, message: Any) -> Any:
-            answer = await answer_commit(source_rid, unit, message)
-            if type(message).__name__ == "RelocateCommit":
-                # A sender here that never sent the Actor anything: no old route (RELOC-70).
-                target.host._messaging.reroutes._previous.clear()  # type: ignore[attr-defined]
-                await target.route.send_to_actor("w-3", Mark("after")).submit()
-            return answer
-
-        arrivals.on_request = commit_then_send_early
+        after = target.route.send_to_actor("w-3", Mark("after"))
+        send_early_after_commit(monkeypatch, target, senders, after.submit)
         await source.actors.create("w-3", "amove.Wallet").submit()
         results: list[zl.RelocationResult] = []
         async with trio.open_nursery() as nursery:
@@ -479,15 +473,14 @@ async def test_a_per_actor_spot_moves_as_a_shell_then_its_actors_one_by_one(
         await trio.testing.wait_all_tasks_blocked()  # the joins' on_leave_actor run unawaited
         called = list(callbacks)
         arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
-        answer = arrivals.on_request
+        commit = arrivals.commit
         commits: list[tuple[str, tuple[tuple[str, int], ...]]] = []
 
-        async def record_commits(source_rid: Any, unit: Any, message: Any) -> Any:
-            if type(message).__name__ == "RelocateCommit":
-                commits.append((unit.value, message.members))
-            return await answer(source_rid, unit, message)
+        def record_commits(source_rid: Any, unit: Any, message: Any) -> Any:
+            commits.append((unit.value, message.members))
+            return commit(source_rid, unit, message)
 
-        arrivals.on_request = record_commits
+        arrivals.commit = record_commits
         result = await source.host.relocate(deadline=20.0)
         assert zl.RelocationOutcome.RELOCATED == result.outcome, result
         moved_to = target.node_rid.value

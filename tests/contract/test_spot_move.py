@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.contract.early_sender import send_early_after_commit
 from zlink_trio._integration.store import Applied, Batch, Found
 from zlink_trio._runtime.declarations.system import RelocateAnswer
 from zlink_trio._runtime.host import tree
@@ -347,11 +348,11 @@ async def test_a_commit_whose_answer_is_lost_is_settled_by_reading_until_known(
 
 @pytest.mark.spec("RELOC-60")
 async def test_a_sender_that_learns_the_new_owner_early_is_not_served_before_the_relay(
-    store_dsn: str,
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ "before" waits on the source at the seal. The target host learns of the commit and sends
-    "after" straight to the Spot there before the source has relayed "before" (the commit is
-    answered only once "after" is admitted): the target runs "before" first."""
+    """ "before" waits on the source at the seal. Once the target's reader took the commit, the
+    target host sends "after" straight to the Spot there, and the source relays "before" only
+    after "after" was admitted: the target runs "before" first."""
     global stalled, go_on
     stalled, go_on = trio.Event(), trio.Event()
     marks.clear()
@@ -359,21 +360,11 @@ async def test_a_sender_that_learns_the_new_owner_early_is_not_served_before_the
         open_test_stores(store_dsn) as stores,
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+        trio.open_nursery() as senders,
     ):
         await _meet(source, target)
-        arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
-        answer_commit = arrivals.on_request
-
-        async def commit_then_send_early(source_rid: Any, spot: Any, message: Any) -> Any:
-            answer = await answer_commit(source_rid, spot, message)
-            if type(message).__name__ == "RelocateCommit":
-                # The Spot is the target's now: a sender here reaches it directly. It never
-                # sent the Spot anything before, so no old route holds it back (RELOC-70).
-                target.host._messaging.reroutes._previous.clear()  # type: ignore[attr-defined]
-                await target.route.send_to_spot("c-3", Mark("after")).submit()
-            return answer
-
-        arrivals.on_request = commit_then_send_early
+        after = target.route.send_to_spot("c-3", Mark("after"))
+        send_early_after_commit(monkeypatch, target, senders, after.submit)
         call = source.route.send_to_spot("c-3", Mark("first")).instance_spot("move.Counter")
         await call.submit()
         results: list[zl.RelocationResult] = []
@@ -396,6 +387,82 @@ async def test_a_sender_that_learns_the_new_owner_early_is_not_served_before_the
         assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
         # Queued behind "after" on the target: answered once all three ran.
         await target.route.request_to_spot("c-3", Get(), reply_type=Count).submit()
+        moved_to = target.node_rid.value
+        assert [
+            ("first", source.node_rid.value),
+            ("before", moved_to),
+            ("after", moved_to),
+        ] == marks
+
+
+@pytest.mark.spec("RELOC-73", "RELOC-60")
+async def test_the_commit_the_relay_and_the_open_travel_together_and_are_taken_in_order(
+    store_dsn: str,
+) -> None:
+    """ "before" waits on the source at the seal; "after" is sent on the target while the unit
+    waits there for its commit. The target's reader holds back the move's messages from the
+    commit on and hands them over together once ``RelocateOpen`` has come: that happens only if
+    the source sent all three without waiting for the commit's answer, and "before" runs first
+    only if the reader took the commit before the relay behind it."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    marks.clear()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores, request_timeout=30) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        names = []
+        reader = target.host._tree.remote.mesh._application_inbound  # type: ignore[union-attr]
+        deliver = reader._deliver
+        held: list[tuple[Any, Any]] = []
+
+        async def hold_from_the_commit_to_the_open(origin: Any, message: Any) -> None:
+            name = message.message_type.value
+            if name == "zlink.RelocateCommit" or held:
+                names.append(name)
+                held.append((origin, message))
+                if name != "zlink.RelocateOpen":
+                    return
+                for one in held:  # back to back, as one read of the socket would
+                    await deliver(*one)
+                held.clear()
+                return
+            await deliver(origin, message)
+
+        reader._deliver = hold_from_the_commit_to_the_open
+        authority = source.host._node.authority
+        hand_over = authority.hand_over
+
+        async def after_first(*args: Any, **kwargs: Any) -> Any:
+            target.host._messaging.reroutes._previous.clear()  # type: ignore[attr-defined]
+            await target.route.send_to_spot("c-8", Mark("after")).submit()
+            return await hand_over(*args, **kwargs)
+
+        authority.hand_over = after_first
+        await source.route.send_to_spot("c-8", Mark("first")).instance_spot("move.Counter").submit()
+        results: list[zl.RelocationResult] = []
+        with trio.fail_after(10):  # a source that waited for the commit's answer: 30 s
+            async with trio.open_nursery() as nursery:
+
+                async def stall() -> None:
+                    call = source.route.request_to_spot("c-8", Stall(), reply_type=Count)
+                    await call.instance_spot("move.Counter").submit()
+
+                nursery.start_soon(stall)
+                await stalled.wait()
+                await source.route.send_to_spot("c-8", Mark("before")).submit()
+
+                async def relocate() -> None:
+                    results.append(await source.host.relocate(deadline=10.0))
+
+                nursery.start_soon(relocate)
+                await _sealing(source, "c-8")
+                go_on.set()
+            assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
+            await target.route.request_to_spot("c-8", Get(), reply_type=Count).submit()
+        assert ["zlink.RelocateCommit", "move.Mark", "zlink.RelocateOpen"] == names
         moved_to = target.node_rid.value
         assert [
             ("first", source.node_rid.value),
@@ -477,14 +544,11 @@ async def test_a_target_that_never_hears_the_commit_reads_it_from_the_store(
     ):
         await _meet(source, target)
         arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
-        answer = arrivals.on_request
 
-        async def lose_the_commit(source_rid: Any, spot: Any, message: Any) -> Any:
-            if type(message).__name__ == "RelocateCommit":
-                return RelocateAnswer(True)
-            return await answer(source_rid, spot, message)
+        def lose_the_commit(source_rid: Any, spot: Any, message: Any) -> Any:
+            return RelocateAnswer(True)
 
-        arrivals.on_request = lose_the_commit
+        arrivals.commit = lose_the_commit
         await source.route.send_to_spot("c-6", Add(6)).instance_spot("move.Counter").submit()
         result = await source.host.relocate(deadline=20.0)
         assert zl.RelocationOutcome.RELOCATED == result.outcome, result

@@ -17,6 +17,7 @@ __all__ = [
     "FLUSH",
     "RELOCATE",
     "RELOCATE_CHUNK",
+    "RELOCATE_COMMIT",
     "RELOCATE_OPEN",
     "RESERVED_PREFIX",
     "SYSTEM_MESSAGES",
@@ -137,6 +138,7 @@ CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
 FLUSH = StableTypeName("zlink.Flush")
 RELOCATE_OPEN = StableTypeName("zlink.RelocateOpen")
 RELOCATE_CHUNK = StableTypeName("zlink.RelocateChunk")
+RELOCATE_COMMIT = StableTypeName("zlink.RelocateCommit")
 RELOCATE = frozenset(
     {
         "zlink.RelocateIn",

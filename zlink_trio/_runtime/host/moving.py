@@ -18,7 +18,9 @@ Rule 3: after the commit the target owns the unit. It is told so (``RelocateComm
 what others send, unrun); then everything the seal kept here, queued first and held after, is
 relayed to it in order as the same sends and requests (routing/forward.py), and
 ``RelocateOpen`` follows on the same connection, so the target serves the relayed messages
-before anything a sender sent it directly (per-sender order, RELOC-60). A request's reply comes
+before anything a sender sent it directly (per-sender order, RELOC-60). The three go out one
+after the other, each once the one before is on its way, and only the answers are waited for
+(the target's reader takes them in order, RELOC-73). A request's reply comes
 back here and completes its caller's call, so callers see one call with one outcome; whatever
 still reaches the sealed Spot is relayed after.
 Rule 4: a User Spot moves with its member Actors (RELOC-6, RELOC-64). They are sealed with it
@@ -372,7 +374,6 @@ async def _hand_over(
     opened: list[float] = []
     primary = units[0]
     node = primary.node
-    await _tell(remote, primary, target, commit)
     send, receive = trio.open_memory_channel[tuple[_Unit, Envelope]](math.inf)
 
     def to_relay(unit: _Unit) -> Callable[[Envelope], None]:
@@ -421,6 +422,10 @@ async def _hand_over(
                 moved.relayed(unit.target)
 
     async with trio.open_nursery() as relaying:
+        # The commit, the relay and the open follow each other on one connection without a
+        # wait for an answer between them: the target's reader takes them in order
+        # (moves_in.py Rule 1).
+        await relaying.start(_tell, remote, primary, target, commit)
         relaying.start_soon(relay_all, relaying)
         for unit in units:
             await unit.closed.wait()
@@ -428,10 +433,19 @@ async def _hand_over(
     return opened[0] if opened else trio.current_time()
 
 
-async def _tell(remote: Remote, unit: _Unit, target: NodeRecord, what: object) -> None:
+async def _tell(
+    remote: Remote,
+    unit: _Unit,
+    target: NodeRecord,
+    what: object,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Send the target one of the move's requests after the commit; a failure is logged: the
-    record names the target, which owns the unit whether or not it heard (Rule 3)."""
+    record names the target, which owns the unit whether or not it heard (Rule 3). Started
+    with ``nursery.start``, it reports started once the request is on its way."""
     node = unit.node
+    on_submitted = starts_once(task_status)
     try:
         answer = await remote.request(
             Owner(target.rid),
@@ -441,8 +455,11 @@ async def _tell(remote: Remote, unit: _Unit, target: NodeRecord, what: object) -
             {},
             None,
             node.clock.now() + node.config.request_timeout,
+            on_submitted,
         )
         if isinstance(answer, RelocateAnswer) and not answer.ok:
             _log.error("%s answered %r for %s: %s", target.rid, what, unit.target, answer.why)
     except ZLinkError as error:
         _log.error("telling %s %r for %s failed: %s", target.rid, what, unit.target, error)
+    finally:
+        on_submitted()

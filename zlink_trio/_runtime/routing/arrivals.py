@@ -162,7 +162,7 @@ class Arrivals:
             taken = self.take_chunk(source, target, message)
             return await self.restore_assembled(target) if taken is None else taken
         if isinstance(message, RelocateCommit):
-            return self._commit(target, arriving, message.version, message.members)
+            return self.commit(source, target, message)
         if isinstance(message, RelocateOpen):
             return self.open(source, target)
         if isinstance(message, RelocateAbort):
@@ -349,6 +349,19 @@ class Arrivals:
         if alone:
             self._node.activation_nursery.start_soon(self._settle, target, arriving)
         return RelocateAnswer(True)
+
+    def commit(
+        self, source: NodeRid, target: SpotId | ActorId, message: RelocateCommit
+    ) -> RelocateAnswer:
+        """``RelocateCommit`` from ``source``: the record names this host (Rule 3); taken by the
+        reader itself, before the relay behind it (moves_in.py Rule 1)."""
+        self._node.check_admitting()
+        arriving = self._arriving.get(target)
+        if arriving is None or arriving.source != source:
+            return RelocateAnswer(False, f"no move of {target} from {source} is under way here")
+        if arriving.committed:
+            return RelocateAnswer(False, f"{target} was committed here already")
+        return self._commit(target, arriving, message.version, message.members)
 
     def _commit(
         self,

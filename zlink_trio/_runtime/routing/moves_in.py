@@ -1,8 +1,10 @@
 """The reader's side of the units moving to this host (inbound.py Rule 7; arrivals.py).
 
-Rule 1: what order needs is taken by the reader itself. ``zlink.RelocateOpen`` and each
-``zlink.RelocateChunk`` are answered (or, for the last chunk, handed to its restore) before the
-reader reads on, so they are taken in the order the source sent them; every other request of a
+Rule 1: what order needs is taken by the reader itself. ``zlink.RelocateCommit``,
+``zlink.RelocateOpen`` and each ``zlink.RelocateChunk`` are answered (or, for the last chunk,
+handed to its restore) before the reader reads on, so they are taken in the order the source
+sent them: the source sends the commit, the relay and the open one after the other without
+waiting for an answer between them (host/moving.py Rule 3, RELOC-73). Every other request of a
 move is answered by ``arrivals.py`` in a task of its own.
 Rule 2: what the source relays to a unit committed here but not open yet goes in front of what
 waits in it (arrivals.py Rule 3): a send as it came, a request with an entry that completes into
@@ -22,8 +24,10 @@ from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.system import (
     FLUSH,
     RELOCATE_CHUNK,
+    RELOCATE_COMMIT,
     RELOCATE_OPEN,
     RelocateChunk,
+    RelocateCommit,
 )
 from zlink_trio._runtime.engines.completion import Outcome
 from zlink_trio._runtime.node.envelope import Envelope
@@ -39,6 +43,7 @@ _log = logging.getLogger("zlink_trio.runtime.remote")
 
 _RELOCATE_OPEN = RELOCATE_OPEN.value
 _RELOCATE_CHUNK = RELOCATE_CHUNK.value
+_RELOCATE_COMMIT = RELOCATE_COMMIT.value
 _FLUSH = FLUSH.value
 
 Reply = Callable[[PeerRun, Request, object], None]
@@ -59,12 +64,17 @@ class MovesIn:
         self._answer_outcome = answer_outcome
 
     def take(self, origin: PeerRun, message: Send | Request) -> bool:
-        """Take ``message`` if it is a move's ``RelocateOpen`` or the relay of a unit not open
-        yet; ``False`` for anything else."""
+        """Take ``message`` if it is a move's ``RelocateCommit`` or ``RelocateOpen``, or the
+        relay of a unit not open yet; ``False`` for anything else."""
         arrivals = self._arrivals
-        if message.message_type.value == _RELOCATE_OPEN:
+        name = message.message_type.value
+        if name == _RELOCATE_OPEN:
             assert isinstance(message, Request)
             self._reply(origin, message, arrivals.open(origin.node_rid, message.target))
+            return True
+        if name == _RELOCATE_COMMIT:
+            assert isinstance(message, Request)
+            self._take_commit(origin, message)
             return True
         restored = arrivals.relayed(origin.node_rid, message.target)
         if restored is None or message.message_type.value == _FLUSH:
@@ -101,6 +111,17 @@ class MovesIn:
                 self._reply(origin, request, error)
             else:
                 _log.warning("a relayed send to %s was not admitted: %s", message.target, error)
+
+    def _take_commit(self, origin: PeerRun, message: Request) -> None:
+        try:
+            decoded = self._node.registry.messages.decode(message.message_type, message.payload)
+            if not isinstance(decoded, RelocateCommit):
+                raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "not a zlink.RelocateCommit")
+            answer = self._arrivals.commit(origin.node_rid, message.target, decoded)
+        except ZLinkError as error:
+            self._reply(origin, message, error)
+            return
+        self._reply(origin, message, answer)
 
     def _take_chunk(self, origin: PeerRun, message: Request, nursery: trio.Nursery) -> None:
         target = message.target
