@@ -92,6 +92,18 @@ async def next_event(events: trio.MemoryReceiveChannel[PeerEvent], within: float
         return await events.receive()
 
 
+async def next_of(
+    events: trio.MemoryReceiveChannel[PeerEvent], rid: str, within: float = 10
+) -> PeerEvent:
+    """The next event about peer ``rid`` (others of the test's mesh are skipped)."""
+    with trio.fail_after(within):
+        while True:
+            event = await events.receive()
+            about = event.record.rid if isinstance(event, PeerUp | PeerChanged) else event.rid
+            if about.value == rid:
+                return event
+
+
 async def put(stores: Stores, key: str, value: bytes, retention: float | None) -> Applied:
     """Write ``value`` at ``key`` as another process would (a peer this test plays)."""
     held = timedelta(seconds=retention) if retention is not None else None
@@ -119,34 +131,31 @@ async def test_the_record_is_stored_under_the_node_key_with_a_renewed_lease(
     )
     alpha = Membership(stores.location, mesh, record, lease=5.0, renew_every=0.2)
     key = key_of(mesh, "alpha")
-    with stores.location.changes() as changes:
-        async with trio.open_nursery() as nursery:
-            scope = await start(nursery, alpha)
-            first = await stores.location.read(key)
-            assert isinstance(first, Found)
-            assert record == NodeRecord.decode(first.value)
-            assert {
-                "rid": "alpha",
-                "generation": record.generation.value,
-                "application": "tcp://127.0.0.1:5555",
-                "completion": "tcp://127.0.0.1:5556",
-                "state": "serving",
-                "types": ["chat.Room", "chat.Lobby"],
-                "load": 0,
-                "max_message": 65536,
-                "app_version": "4.2",
-            } == cbor2.loads(first.value)
-            assert first.expires_at is None  # silence, judged by peers, ends it (MESH-6)
-            with trio.fail_after(10):
-                async for _change in changes:
-                    renewed = await stores.location.read(key)
-                    assert isinstance(renewed, Found)
-                    if renewed.version != first.version:
-                        break
-            assert renewed.expires_at is None
-            assert renewed.version > first.version
-            assert record == NodeRecord.decode(renewed.value)
-            scope.cancel()
+    async with trio.open_nursery() as nursery:
+        scope = await start(nursery, alpha)
+        first = await stores.location.read(key)
+        assert isinstance(first, Found)
+        assert record == NodeRecord.decode(first.value)
+        assert {
+            "rid": "alpha",
+            "generation": record.generation.value,
+            "application": "tcp://127.0.0.1:5555",
+            "completion": "tcp://127.0.0.1:5556",
+            "state": "serving",
+            "types": ["chat.Room", "chat.Lobby"],
+            "load": 0,
+            "max_message": 65536,
+            "app_version": "4.2",
+        } == cbor2.loads(first.value)
+        assert first.expires_at is None  # silence, judged by peers, ends it (MESH-6)
+        with trio.fail_after(10):
+            await alpha._own._landed.wait()  # the next renewal (quiet: MESH-24)
+        renewed = await stores.location.read(key)
+        assert isinstance(renewed, Found)
+        assert renewed.expires_at is None
+        assert renewed.version > first.version
+        assert record == NodeRecord.decode(renewed.value)
+        scope.cancel()
 
 
 @pytest.mark.spec("MESH-2")
@@ -677,23 +686,70 @@ async def test_update_writes_state_at_once_and_load_with_the_next_renewal(
     written until that renewal, then peers see it as PeerChanged."""
     a = Membership(stores.location, mesh, node("a"), lease=10.0, renew_every=3.0)
     observer = Membership(stores.location, mesh, node("obs"), lease=30.0, poll_every=SLOW_POLL)
+    # The renewal that carries the load is quiet (MESH-24): a peer sees it when it polls.
+    poller = Membership(stores.location, mesh, node("poller"), lease=30.0, poll_every=0.5)
     async with trio.open_nursery() as nursery:
         await start(nursery, a)
         await start(nursery, observer)
-        events = observer.subscribe()
-        assert PeerUp(a.record) == await next_event(events)
+        await start(nursery, poller)
+        events, polled = observer.subscribe(), poller.subscribe()
+        assert PeerUp(a.record) == await next_of(events, "a")
+        assert PeerUp(a.record) == await next_of(polled, "a")
         a.update(state=DRAINING)
-        changed = await next_event(events, within=1.5)
+        changed = await next_of(events, "a", within=1.5)
         assert PeerChanged(a.record) == changed
         assert DRAINING == a.record.state
+        assert PeerChanged(a.record) == await next_of(polled, "a")
         a.update(load=7)
         found = await stores.location.read(key_of(mesh, "a"))
         assert isinstance(found, Found)
         assert 0 == NodeRecord.decode(found.value).load
-        changed = await next_event(events, within=10)
+        changed = await next_of(polled, "a")
         assert isinstance(changed, PeerChanged)
         assert 7 == changed.record.load
         assert DRAINING == changed.record.state
+        nursery.cancel_scope.cancel()
+
+
+async def hinted_until(feed: ChangeSubscription, witness: str, prefix: str) -> set[str]:
+    """Every key under ``prefix`` hinted until (and with) the event that names ``witness``."""
+    seen: set[str] = set()
+    with trio.fail_after(10):
+        async for event in feed:
+            if isinstance(event, Changed):
+                seen |= {key for key in event.keys if key.startswith(prefix)}
+                if witness in event.keys:
+                    return seen
+    raise AssertionError("the feed ended")
+
+
+@pytest.mark.spec("MESH-24")
+async def test_a_renewal_is_quiet_and_an_urgent_change_is_not(
+    stores: Stores, mesh: MeshName
+) -> None:
+    """Between two keys the test writes, the run renews its record twice (a new load in the
+    second): the feed names the record for neither. A state change after them is hinted."""
+    a = Membership(stores.location, mesh, node("a"), lease=5.0, renew_every=0.1)
+    key, prefix = key_of(mesh, "a"), f"m/{mesh.value}/"
+    async with trio.open_nursery() as nursery:
+        await start(nursery, a)
+        with stores.location.changes() as feed:
+            await put(stores, prefix + "before", b"1", None)
+            await hinted_until(feed, prefix + "before", prefix)
+            first = await stores.location.read(key)
+            with trio.fail_after(10):
+                await a._own._landed.wait()
+                a.update(load=3)
+                await a._own._landed.wait()
+            renewed = await stores.location.read(key)
+            assert isinstance(first, Found)
+            assert isinstance(renewed, Found)
+            assert renewed.version > first.version
+            assert 3 == NodeRecord.decode(renewed.value).load
+            await put(stores, prefix + "after", b"2", None)
+            assert {prefix + "after"} == await hinted_until(feed, prefix + "after", prefix)
+            a.update(state=DRAINING)
+            assert {key} == await hinted_until(feed, key, prefix)
         nursery.cancel_scope.cancel()
 
 

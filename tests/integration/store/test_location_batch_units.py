@@ -209,3 +209,32 @@ async def _wait_for_database_clock(stores: Stores, moment: datetime) -> None:
     # the missing part (at most the 50 ms retention) pass.
     now = await stores.location.now()
     await trio.sleep(max(0.0, (moment - now).total_seconds()) + 0.002)
+
+
+@pytest.mark.spec("STORE-25")
+async def test_a_quiet_batch_commits_and_notifies_nothing(stores: Stores, key_prefix: str) -> None:
+    """A batch made with ``notify=False`` writes and deletes as any batch does, and the feed
+    hears nothing of it: the next hint for this test's keys is the witness written after it."""
+    kept, quiet, gone = (key_prefix + name for name in ("kept", "quiet", "gone"))
+    version = await put(stores, kept, b"1")
+    await put(stores, gone, b"g")
+    with stores.location.changes() as feed:
+        await put(stores, key_prefix + "first", b"1")
+        await changed_until(feed, key_prefix + "first", key_prefix)
+        applied = await stores.location.write(
+            Batch(
+                [IfVersion(kept, version)],
+                [Put(kept, b"2"), Put(quiet, b"q"), Delete(gone)],
+                notify=False,
+            )
+        )
+        assert isinstance(applied, Applied)
+        assert b"2" == (await found(stores, kept)).value
+        assert b"q" == (await found(stores, quiet)).value
+        assert isinstance(await stores.location.read(gone), Missing)
+        await put(stores, key_prefix + "witness", b"w")
+        assert {key_prefix + "witness"} == await changed_until(
+            feed, key_prefix + "witness", key_prefix
+        )
+    with pytest.raises(TypeError):
+        Batch([], [Put(kept, b"3")], notify=1)  # type: ignore[arg-type]

@@ -175,6 +175,11 @@ class Batch:
     mutations: tuple[Mutation, ...] = attrs.field(
         converter=_mutation_tuple, validator=_check_mutations
     )
+    notify: bool = attrs.field(
+        default=True, kw_only=True, validator=attrs.validators.instance_of(bool)
+    )
+    """Whether the commit notifies its keys (STORE-25); ``False`` for a write nobody needs to
+    hear of at once, which readers find by polling (a node record's renewal, MESH-24)."""
 
     def __attrs_post_init__(self) -> None:
         keys = {item.key for item in self.conditions} | {item.key for item in self.mutations}

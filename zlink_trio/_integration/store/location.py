@@ -67,7 +67,7 @@ class LocationStore:
             "put_values": [item.value for item in puts],
             "put_retentions": [item.retention for item in puts],
             "delete_keys": delete_keys,
-            "notices": pack(put_keys + delete_keys),
+            "notices": pack(put_keys + delete_keys) if batch.notify else [],
         }
         row = await self._database.fetch_one(location_sql.WRITE, values)
         store_now: datetime = row["store_now"]

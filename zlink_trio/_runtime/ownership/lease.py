@@ -24,6 +24,10 @@ the host's run (MESH-21, MESH-22).
 Rule 5: a change can be awaited. ``published()`` returns once a successful write carried every
 urgent change made before the call (a relocation starts moving only once its record says
 RELOCATING, so that its first commit does not share the store with that write).
+Rule 6: a renewal is quiet. The first write and every write that carries an urgent change
+notify peers (they re-read the record at once); a renewal that only moves the version, or
+carries a new load, does not: peers see it at their next poll, so a mesh's idle store work does
+not grow with the square of its size (MESH-24).
 """
 
 from __future__ import annotations
@@ -139,9 +143,12 @@ class NodeLease:
         for _ in range(_WRITE_ROUNDS):
             record, revision = self._record, self._revision
             condition = IfMissing(key) if self._version is None else IfVersion(key, self._version)
+            # A renewal that carries no urgent change is quiet (Rule 6).
+            notify = self._version is None or revision != self._landed_revision
             self._attempted = True
             started = trio.current_time()
-            written = await self._store.write(Batch([condition], [Put(key, record.encode())]))
+            batch = Batch([condition], [Put(key, record.encode())], notify=notify)
+            written = await self._store.write(batch)
             if isinstance(written, Applied):
                 self._version = written.versions[0]
                 self._fence.renewed(started)
