@@ -6,8 +6,9 @@ The source writes the commit, then tells the target. Any host that reads the rec
 (a routing-cache miss, or the store's change hint) sends to the target: a peer's send reaches
 the target's reader after its sender's call completed (CMP-4.3), and the target's own send to
 an Instance Spot resolves there. Both must wait in the restored unit, which the target admits,
-sealed, as soon as it is restored. Here the window is held open by making the target wait
-before it handles ``RelocateCommit``.
+sealed, as soon as it is restored. Here the window is held open by making the source wait
+before it sends ``RelocateCommit`` (the target's reader takes it at once when it comes,
+RELOC-73).
 
 In-process hosts through internal API, as tests/contract/test_spot_move.py.
 """
@@ -23,6 +24,7 @@ import trio
 
 import zlink_trio as zl
 from zlink_trio._runtime.declarations.system import RelocateCommit
+from zlink_trio._runtime.host import moving
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -101,25 +103,27 @@ async def _delivered(sender: TestHost, receiver: TestHost) -> None:
             await trio.sleep(0.01)
 
 
-def _hold_commit(target: TestHost) -> tuple[trio.Event, trio.Event]:
-    """Make ``target`` wait before it handles ``RelocateCommit``: the first event is set when
-    the commit arrived (so the store names the target already), the second lets it go on."""
+def _hold_commit(monkeypatch: pytest.MonkeyPatch) -> tuple[trio.Event, trio.Event]:
+    """Make the source wait before it tells the target ``RelocateCommit``: the first event is
+    set when the commit is written (so the store names the target already), the second lets it
+    go on."""
     arrived, go_on = trio.Event(), trio.Event()
-    arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
-    handle = arrivals.on_request
+    tell = moving._tell
 
-    @functools.wraps(handle)
-    async def held(source: Any, spot: Any, message: object) -> Any:
-        if isinstance(message, RelocateCommit):
+    @functools.wraps(tell)
+    async def held(remote: Any, unit: Any, target: Any, what: object, **kwargs: Any) -> None:
+        if isinstance(what, RelocateCommit):
             arrived.set()
             await go_on.wait()
-        return await handle(source, spot, message)
+        await tell(remote, unit, target, what, **kwargs)
 
-    arrivals.on_request = held
+    monkeypatch.setattr(moving, "_tell", held)
     return arrived, go_on
 
 
-async def _move_with_a_send_in_the_window(dsn: str, sender_is_target: bool) -> Total:
+async def _move_with_a_send_in_the_window(
+    dsn: str, sender_is_target: bool, monkeypatch: pytest.MonkeyPatch
+) -> Total:
     """Move one Spot holding 1 from ``source`` to ``target`` and send it ``Add(10)`` while the
     target holds the commit: from ``target`` to an Instance Spot, or from a third host to a User
     Spot; the Spot's total after the move."""
@@ -140,7 +144,7 @@ async def _move_with_a_send_in_the_window(dsn: str, sender_is_target: bool) -> T
         else:
             await source.spots.get_or_create("c", ROOM).submit()
             await source.route.send_to_spot("c", Add(1)).submit()
-        arrived, go_on = _hold_commit(target)
+        arrived, go_on = _hold_commit(monkeypatch)
         results: list[zl.RelocationResult] = []
         async with trio.open_nursery() as nursery:
 
@@ -170,15 +174,15 @@ async def _move_with_a_send_in_the_window(dsn: str, sender_is_target: bool) -> T
 
 @pytest.mark.spec("RELOC-65")
 async def test_a_peer_send_between_the_commit_and_its_handling_on_the_target_is_kept(
-    store_dsn: str,
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    total = await _move_with_a_send_in_the_window(store_dsn, sender_is_target=False)
+    total = await _move_with_a_send_in_the_window(store_dsn, False, monkeypatch)
     assert 11 == total.value, total
 
 
 @pytest.mark.spec("RELOC-65")
 async def test_a_send_of_the_target_between_the_commit_and_its_handling_is_kept(
-    store_dsn: str,
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    total = await _move_with_a_send_in_the_window(store_dsn, sender_is_target=True)
+    total = await _move_with_a_send_in_the_window(store_dsn, True, monkeypatch)
     assert 11 == total.value, total
