@@ -149,7 +149,7 @@ async def test_the_record_is_stored_under_the_node_key_with_a_renewed_lease(
         } == cbor2.loads(first.value)
         assert first.expires_at is None  # silence, judged by peers, ends it (MESH-6)
         with trio.fail_after(10):
-            await alpha._own._landed.wait()  # the next renewal (quiet: MESH-24)
+            await alpha._own._landed.wait()  # the next renewal (quiet: MESH-25)
         renewed = await stores.location.read(key)
         assert isinstance(renewed, Found)
         assert renewed.expires_at is None
@@ -686,7 +686,7 @@ async def test_update_writes_state_at_once_and_load_with_the_next_renewal(
     written until that renewal, then peers see it as PeerChanged."""
     a = Membership(stores.location, mesh, node("a"), lease=10.0, renew_every=3.0)
     observer = Membership(stores.location, mesh, node("obs"), lease=30.0, poll_every=SLOW_POLL)
-    # The renewal that carries the load is quiet (MESH-24): a peer sees it when it polls.
+    # The renewal that carries the load is quiet (MESH-25): a peer sees it when it polls.
     poller = Membership(stores.location, mesh, node("poller"), lease=30.0, poll_every=0.5)
     async with trio.open_nursery() as nursery:
         await start(nursery, a)
@@ -723,7 +723,7 @@ async def hinted_until(feed: ChangeSubscription, witness: str, prefix: str) -> s
     raise AssertionError("the feed ended")
 
 
-@pytest.mark.spec("MESH-24")
+@pytest.mark.spec("MESH-25")
 async def test_a_renewal_is_quiet_and_an_urgent_change_is_not(
     stores: Stores, mesh: MeshName
 ) -> None:

@@ -179,7 +179,7 @@ class Batch:
         default=True, kw_only=True, validator=attrs.validators.instance_of(bool)
     )
     """Whether the commit notifies its keys (STORE-25); ``False`` for a write nobody needs to
-    hear of at once, which readers find by polling (a node record's renewal, MESH-24)."""
+    hear of at once, which readers find by polling (a node record's renewal, MESH-25)."""
 
     def __attrs_post_init__(self) -> None:
         keys = {item.key for item in self.conditions} | {item.key for item in self.mutations}

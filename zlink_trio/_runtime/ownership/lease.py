@@ -27,7 +27,7 @@ RELOCATING, so that its first commit does not share the store with that write).
 Rule 6: a renewal is quiet. The first write and every write that carries an urgent change
 notify peers (they re-read the record at once); a renewal that only moves the version, or
 carries a new load, does not: peers see it at their next poll, so a mesh's idle store work does
-not grow with the square of its size (MESH-24).
+not grow with the square of its size (MESH-25).
 """
 
 from __future__ import annotations
