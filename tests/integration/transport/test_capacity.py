@@ -6,16 +6,26 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import uuid
 from contextlib import AsyncExitStack
 
 import pytest
 import trio
 import zmq
 
-from tests.integration.transport.conftest import ask, config, echo, node, until, until_up
+from tests.integration.transport.conftest import (
+    ask,
+    config,
+    connect,
+    echo,
+    node,
+    until,
+    until_up,
+)
 from zlink_trio._integration.transport import (
     PeerAddress,
     PeerRun,
+    RouteLost,
     RouteMesh,
     RouteUp,
     capacity,
@@ -42,9 +52,12 @@ def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
 
 
 def nowhere(count: int) -> list[PeerAddress]:
-    """``count`` peers at inproc endpoints nobody binds: each takes its two sockets, no file."""
+    """``count`` peers at IPC endpoints nobody binds: each takes its two sockets, and libzmq
+    retries their connects cheaply. Not inproc: libzmq binds a socket of its own for each
+    pending inproc connection when its context ends, and asserts when the limit refuses it."""
+    folder = f"/tmp/zlink-nowhere-{uuid.uuid4().hex[:8]}"
     return [
-        PeerAddress(NodeRid(f"p{i}"), f"inproc://nowhere-a-{i}", f"inproc://nowhere-c-{i}")
+        PeerAddress(NodeRid(f"p{i}"), f"ipc://{folder}-a-{i}", f"ipc://{folder}-c-{i}")
         for i in range(count)
     ]
 
@@ -87,6 +100,40 @@ async def test_links_that_fail_are_logged_once_and_retried_until_the_peer_is_rea
     assert "Too many open files" in warning
     assert "max_peers=128" in warning
     assert "RLIMIT_NOFILE" in warning
+
+
+@pytest.mark.spec("TRN-29", "TRN-18")
+async def test_links_renewed_after_a_route_loss_that_fail_are_retried(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """b goes silent, so a loses its route and renews its links, which fail: a keeps running,
+    logs b once, and reaches b again after a retry."""
+    caplog.set_level(logging.WARNING, "zlink_trio.transport")
+    failing = False
+    real = MeshSockets._open_link
+
+    def flaky(sockets: MeshSockets, endpoint: str, hwm: int, key: bytes | None) -> OutboundLink:
+        if failing and sockets._config.node_rid.value == "a":
+            raise zmq.ZMQError(errno.EMFILE)
+        return real(sockets, endpoint, hwm, key)
+
+    monkeypatch.setattr(MeshSockets, "_open_link", flaky)
+    meshes: list[RouteMesh] = []
+    async with node("a") as (a, _), node("b", echo(lambda: meshes[0])) as (b, _):
+        meshes.append(b)
+        await connect(a, b)
+        failing = True
+        b.remove_peer(a.config.node_rid)  # a hears nothing more from b
+        with trio.fail_after(10):
+            assert isinstance(await a.route_changes.receive(), RouteLost)
+        assert {B} == a._sockets.waiting
+        failing = False
+        b.add_peer(a.address)
+        with trio.fail_after(10):
+            await until_up(a, "b")
+            reply = await ask(a, "b", b"renewed")
+        assert b"renewed" == reply.payload
+    assert 1 == len(warnings_about(caplog, "cannot connect to peer b: "))
 
 
 @pytest.mark.spec("TRN-29")
