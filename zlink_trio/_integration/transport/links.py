@@ -102,7 +102,7 @@ class MeshSockets:
         ``ZLinkError(UNAVAILABLE)`` (TRN-9). ``drops`` counts refused connections."""
         self._config = config
         secret = config.curve_secret_key
-        check_open_files(config.max_peers, secret is not None)  # a warning only (TRN-31)
+        check_open_files(config.max_peers, secret is not None)  # a warning only (TRN-32)
         # A context per mesh: its ZAP handler is the context's, and it must be this mesh's
         # (security.py Rule 1). Its I/O thread lets what close admitted leave (TRN-22).
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
