@@ -12,6 +12,8 @@ appears in this surface.
 - ``inbound``: handshake, judging and dropping of what arrives on a bound ROUTER.
 - ``liveness``: routes to peer runs, heard / lost.
 - ``pending``: the pending-reply table.
+- ``retries`` / ``capacity``: peers whose links failed, tried again; the socket limit from
+  ``max_peers``, the sockets and files a mesh holds, the open-file check at start.
 - ``routes`` / ``config``: routing identity and link routing ids, route events; configuration
   values.
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import attrs
 
+from zlink_trio._integration.transport.capacity import DEFAULT_MAX_PEERS, MAX_PEERS
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
 
 __all__ = ["MeshConfig", "PeerAddress"]
@@ -27,6 +28,11 @@ def _positive(_instance: object, attribute: attrs.Attribute[float], value: objec
 def _count(_instance: object, attribute: attrs.Attribute[int], value: object) -> None:
     if type(value) is not int or value < 1:
         raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+def _peer_count(_instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if type(value) is not int or not 1 <= value <= MAX_PEERS:
+        raise ValueError(f"{attribute.name} must be an int from 1 to {MAX_PEERS}, got {value!r}")
 
 
 def _optional_key(_instance: object, attribute: attrs.Attribute[bytes], value: object) -> None:
@@ -71,6 +77,9 @@ class MeshConfig:
     """Seconds that messages admitted before close may still take to leave (TRN-22)."""
     receive_batch: int = attrs.field(default=64, validator=_count)
     """Messages a reader takes before it lets other tasks run."""
+    max_peers: int = attrs.field(default=DEFAULT_MAX_PEERS, validator=_peer_count)
+    """Most peers this node has links to at once; its ZeroMQ context may hold their sockets
+    (capacity.py, TRN-30). A peer beyond it is logged and tried again until one leaves."""
     curve_secret_key: bytes | None = attrs.field(default=None, validator=_optional_key)
     """This node's Z85 CURVE secret key: every connection is encrypted and only peers given
     with their public keys are accepted (security.py). ``None``: no security (a trusted

@@ -4,22 +4,18 @@ TRN-23, TRN-24).
 What the runtime calls (no zmq type crosses this surface; callers pass and receive ``_wire``
 messages, ids, bytes and ``ZLinkError``):
 
-- ``async with open_route_mesh(config, on_message) as mesh``: binds both ROUTERs, connects to
-  ``config.peers`` and runs the readers and the heartbeat; leaving the block closes everything.
-- ``mesh.add_peer(PeerAddress)`` / ``mesh.remove_peer(node_rid)``: the peer list at runtime.
-- ``await mesh.send(node_rid, Send)`` completes at admission into the local queue (TRN-10),
-  ``await mesh.request(node_rid, ..., timeout=)`` gives the ``Reply`` or ``ZLinkError``
-  (TRN-14); either refuses a frame over the limit (TRN-27). ``mesh.reply(origin, Reply |
-  ErrorReply)`` answers on the completion connection; ``on_message(origin, Send | Request)`` is
-  awaited by the application reader for each message; ``mesh.route_changes`` receives
-  ``RouteUp`` / ``RouteLost``; ``mesh.end_requests(error)`` ends every pending request;
-  ``mesh.close()`` is idempotent; ``mesh.drops`` and ``mesh.traffic`` count what happened.
+- ``async with open_route_mesh(config, on_message) as mesh``: binds, connects ``config.peers``,
+  runs the readers and the heartbeat; leaving the block closes everything. ``add_peer`` and
+  ``remove_peer`` change the peer list at runtime.
+- ``send`` completes at admission into the local queue (TRN-10), ``request`` gives the ``Reply``
+  or ``ZLinkError`` (TRN-14), ``reply`` answers on the completion connection; ``on_message`` is
+  awaited for each message received; ``route_changes`` receives ``RouteUp`` / ``RouteLost``;
+  ``end_requests``, ``end_sends`` and the idempotent ``close``; ``drops``, ``traffic`` count.
 
 Theory of operation. Each node binds two ROUTERs, one per connection role, each with exactly one
 reader task, and connects a DEALER pair towards each peer: an application link with a send HWM
-and a completion link without one, each an :class:`OutboundLink` with its own owner task. Those
-sockets are ``links.py``'s (:class:`MeshSockets`: making, configuring, renewing and closing them,
-and why a DEALER per peer); this module decides what is sent where and when links change.
+and a completion link without one. Those sockets are ``links.py``'s (:class:`MeshSockets`); this
+module decides what is sent where and when links change.
 Rule 1: a send is admitted to a run that is up and to nothing else; it waits only on its own
 peer's link, and that wait ends by capacity, by the link being closed for route loss
 (UNAVAILABLE) or for shutdown (SHUTTING_DOWN). Route loss therefore always closes the run's links
@@ -27,6 +23,11 @@ peer's link, and that wait ends by capacity, by the link being closed for route 
 Rule 2: a request's entry is registered before its frames are submitted; see ``pending.py``.
 Rule 3: closing marks the mesh closed, closes every link (so nothing is sent afterwards), fails
 pending requests and cancels the tasks; the ROUTERs close when the tasks have ended.
+Rule 4: a route whose peer's links failed is not up for the layer above (``is_up``) while they
+wait for their retry (TRN-29); when they are made, the route is reported up again.
+
+Longer than 400 lines: the surface and the route bookkeeping share one table of routes and one
+channel of route changes; the sockets, handshake, liveness and pending replies have their own.
 """
 
 from __future__ import annotations
@@ -121,9 +122,8 @@ class RouteMesh:
     @property
     def address(self) -> PeerAddress:
         """This node as a peer of others: what the Location Store will publish."""
-        return PeerAddress(
-            self.config.node_rid, self.application_endpoint, self.completion_endpoint
-        )
+        config = self.config
+        return PeerAddress(config.node_rid, self.application_endpoint, self.completion_endpoint)
 
     @property
     def closed(self) -> bool:
@@ -141,22 +141,24 @@ class RouteMesh:
         return 0 if links is None else links.application.waiting
 
     def is_up(self, peer: NodeRid) -> PeerRun | None:
-        """The run of ``peer`` that is up now, if any."""
+        """The run of ``peer`` that is up now, if any; not while this node's links to it wait
+        for their retry (Rule 4)."""
         route = self._routes.get(peer)
-        return route.run if route is not None and route.up else None
+        if route is None or not route.up or self._sockets.waits(peer):
+            return None
+        return route.run
 
     def add_peer(self, address: PeerAddress) -> None:
-        """Connect to ``address`` (idempotent for the same address; a new address replaces)."""
+        """Connect to ``address`` (idempotent for the same address; a new address replaces);
+        links that cannot be made now are logged and tried again, never raised (TRN-29)."""
         if self._closed:
             raise ZLinkError(_SHUTTING_DOWN, "the RouteMesh is closed")
         if address.node_rid == self.config.node_rid:
             raise ValueError("a node is not its own peer")
-        current = self._links.get(address.node_rid)
-        if current is not None:
-            if current.address == address:
-                return
-            self.remove_peer(address.node_rid)
-        self._sockets.connect(address)
+        current = self._sockets.address(address.node_rid)
+        if current != address:
+            self.remove_peer(address.node_rid)  # nothing for a new peer; a new address replaces
+            self._sockets.connect(address)
 
     def remove_peer(self, node_rid: NodeRid) -> None:
         """Disconnect from ``node_rid``: its waiting sends and pending requests end UNAVAILABLE."""
@@ -309,6 +311,7 @@ class RouteMesh:
                     self._application_inbound.receive,
                     self._completion_inbound.receive_now,
                     batch,
+                    self._connected,
                 )
                 nursery.start_soon(self._keep_alive)
                 nursery.start_soon(self._pending.expire_forever)
@@ -372,6 +375,11 @@ class RouteMesh:
         self._sockets.renew(run.node_rid, message)  # nothing queued for a lost run may leave
         self._pending.fail(ZLinkError(_UNAVAILABLE, message), run)
         self._send_changes.send_nowait(RouteLost(run, reason))
+
+    def _connected(self, node_rid: NodeRid) -> None:
+        # A route its peer opened before this node's links were made is up only now (Rule 4).
+        if (run := self.is_up(node_rid)) is not None and not self._closed:
+            self._send_changes.send_nowait(RouteUp(run))
 
     def _complete(self, message: Reply | ErrorReply) -> None:
         if not self._pending.complete(message):

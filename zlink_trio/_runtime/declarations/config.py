@@ -15,6 +15,7 @@ from pathlib import Path
 
 import attrs
 
+from zlink_trio._integration.transport.capacity import DEFAULT_MAX_PEERS, MAX_PEERS
 from zlink_trio._runtime.engines.workers import MAX_CPU_SLOTS
 from zlink_trio._wire.ids import is_z85_key
 from zlink_trio._wire.versions import parse_application_version
@@ -77,6 +78,13 @@ def _check_queue_size(value: object) -> None:
         raise TypeError(f"app_job_queue_size takes an int, not {type(value).__name__}")
     if not 1 <= value <= MAX_APP_JOB_QUEUE_SIZE:
         raise ValueError(f"app_job_queue_size must be in 1..{MAX_APP_JOB_QUEUE_SIZE}, got {value}")
+
+
+def _check_max_peers(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_peers takes an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_PEERS:
+        raise ValueError(f"max_peers must be in 1..{MAX_PEERS}, got {value}")
 
 
 def _check_mailbox_limit(value: object) -> None:
@@ -200,6 +208,11 @@ class HostConfig:
     bind_host: str = "127.0.0.1"
     """The address the transport binds its two endpoints on (ports chosen by the OS); peers
     reach this host at the endpoints it publishes in its node record."""
+    max_peers: int = DEFAULT_MAX_PEERS
+    """Most other hosts of the mesh this host connects to at once, 1..16000 (default 128): its
+    transport's socket limit is set from it, and a host beyond it is logged and connected when
+    another leaves (specs/transport.md TRN-30). Each peer takes 6 of the process's open files
+    (TRN-31); a host warns at start when the open-file limit cannot hold them."""
     node_lease: float = 10.0
     """Lease of this host's node record in the store: peers stop routing to it this long after
     its last renewal (MESH-3); it is renewed every third of it."""
@@ -249,6 +262,7 @@ class HostConfig:
             _problem(_check_optional_timeout, self.instance_idle_timeout, "instance_idle_timeout"),
             _problem(_check_queue_size, self.app_job_queue_size),
             _problem(_check_mailbox_limit, self.mailbox_limit),
+            _problem(_check_max_peers, self.max_peers),
             _problem(_check_cpu_slots, self.cpu_worker_slots),
             _problem(_check_message_bytes, self.max_message_bytes),
             _problem(_check_application_version, self.application_version),

@@ -301,6 +301,7 @@ async def open_host_on(
                     # The payload frame is the message; its header frame (ids, metadata) gets
                     # room of its own (MSG-6).
                     max_frame_bytes=config.max_message_bytes + FRAME_HEADROOM,
+                    max_peers=config.max_peers,
                     curve_secret_key=curve_secret,
                 ),
                 inbound,

@@ -18,7 +18,7 @@ Nothing is re-sent automatically (CMP-5.20). Its deadline and budget are applica
 Rule 4: inbound work is delivered locally only; that side is ``inbound.py``.
 Rule 5: peers come from membership. The transport connects to a peer when its node record shows
 endpoints and disconnects when the record goes away (MESH-19); a call waits, within its deadline,
-for the route to a live owner to come up.
+for the route to a live owner to come up (also while the transport retries its links, TRN-29).
 Rule 7: a lost route is a gone owner until it comes back. When the transport reports a peer's
 route lost (silence past its window, a restart), calls to ids it owns end ``UNAVAILABLE`` at
 once, and the cache forgets it, so the next call resolves again; ``RouteUp`` lifts it (ROUTE-12).
