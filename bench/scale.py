@@ -288,10 +288,12 @@ class Statistics:
     async def open(self) -> None:
         self._connection = await self._run(lambda: asyncpg.connect(self._dsn))
 
-    async def close(self) -> None:
+    async def close(self, *, for_good: bool = True) -> None:
         if self._connection is not None:
-            await self._run(self._connection.close)
-        self._loop.close()
+            connection, self._connection = self._connection, None
+            await self._run(connection.close)
+        if for_good:
+            self._loop.close()
 
     async def value(self, sql: str) -> Any:
         return await self._run(lambda: self._connection.fetchval(sql))
@@ -350,9 +352,9 @@ class Figures:
 
 def model_per_host(hosts: int, lease: float) -> float:
     """Store transactions per idle host per second as specs/scale.md's model has them: a
-    renewal every lease/3, a scan of ceil(N/500) pages every lease/2, and the janitor's sweep
-    (one page here) every 30 leases, shared by the mesh."""
-    return 3 / lease + 2 / lease * math.ceil(hosts / 500) + 1 / (30 * lease * hosts)
+    renewal every lease/3, a poll every lease/2 (one scan, one transaction whatever its pages),
+    and the janitor's sweep (two scans in a mesh without records) every 30 leases, once a mesh."""
+    return 3 / lease + 2 / lease + 2 / (30 * lease * hosts)
 
 
 def all_up(members: list[Member]) -> bool:
@@ -541,7 +543,7 @@ async def make_room(stats: Statistics, server: EmbeddedPostgres | None, hosts: i
     if server is None or current >= needed:
         return f"{current} ({'the throw-away server' if server else DSN_VARIABLE})"
     await stats.execute(f"ALTER SYSTEM SET max_connections = {needed}")
-    await stats.close()
+    await stats.close(for_good=False)
     await server.stop(60.0)
     await server.start(60.0)
     await stats.open()
