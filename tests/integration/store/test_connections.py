@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import trio
 
+import zlink_trio as zl
 from zlink_trio._integration.store import (
     Batch,
     Changed,
@@ -23,6 +24,7 @@ from zlink_trio._integration.store import (
 )
 from zlink_trio._integration.store.bridge import Database, open_database
 from zlink_trio._integration.store.statements import Statement
+from zlink_trio._runtime.host.host import store_config_of
 from zlink_trio.errors import ZLinkError
 
 TIMEOUT = 10.0
@@ -144,3 +146,56 @@ async def test_a_cancelled_call_on_the_listening_connection_makes_the_feed_liste
             with trio.fail_after(TIMEOUT):
                 assert Resync() == await feed.__anext__()
             assert [Changed(frozenset({"after"}))] == await _announced(stores, feed, "after")
+
+
+app = zl.Application()
+
+
+@pytest.mark.spec("STORE-47")
+async def test_an_idle_host_holds_one_store_connection_on_average(
+    observer: Database, own_dsn: str
+) -> None:
+    """A host that started and then idles (renewing its node record twice a second) holds one
+    store connection once its start-up burst has closed, 1.5 at most on average, and never more
+    than its configured pool."""
+    config = zl.HostConfig(
+        mesh=f"conn-{uuid.uuid4().hex[:8]}",
+        store_dsn=own_dsn,
+        store_pool_size=4,
+        store_idle_timeout=0.5,
+        node_lease=1.5,
+        transport_security="none",
+    )
+    async with zl.open_host(app, config):
+        await _wait_count(observer, own_dsn, 1)
+        samples = []
+        for _ in range(40):  # two seconds: four renewals
+            samples.append(await _count(observer, own_dsn))
+            await trio.sleep(0.05)
+    assert max(samples) <= 4, samples
+    assert sum(samples) / len(samples) <= 1.5, samples
+
+
+@pytest.mark.spec("STORE-47")
+def test_a_host_sizes_its_store_by_its_configuration() -> None:
+    """HostConfig's store sizes and pooler reach the host's StoreConfig; a pool too small for
+    two scans and a free connection is a ConfigurationError when the config is made."""
+    config = zl.HostConfig(
+        mesh="m",
+        store_pool_size=4,
+        store_idle_timeout=2.0,
+        store_transaction_pooler=True,
+        store_listen_dsn="postgresql://direct/db",
+    )
+    store = store_config_of(config)
+    assert (4, 2.0, True, "postgresql://direct/db", True) == (
+        store.pool_max_size,
+        store.pool_idle_timeout,
+        store.transaction_pooler,
+        store.listen_dsn,
+        store.notifications,
+    )
+    polling = store_config_of(zl.HostConfig(mesh="m", store_transaction_pooler=True))
+    assert (True, False) == (polling.transaction_pooler, polling.notifications)
+    with pytest.raises(zl.ConfigurationError, match="store_pool_size"):
+        zl.HostConfig(mesh="m", store_pool_size=2)

@@ -188,7 +188,7 @@ class Database:
     async def begin(self, *, isolation: str, readonly: bool = False) -> Session:
         """A :class:`Session`: one pool connection with an open transaction, until closed."""
         deadline = trio.current_time() + self.timeout
-        lent = await self._lender.lend(deadline, session=True)
+        lent = await self._lender.lend(deadline)
         try:
             transaction = await self.call(
                 aio.begin, self.pool, lent, isolation, readonly, at=deadline

@@ -13,11 +13,12 @@ holds a permit or sits in the idle list, so the pool always has a connection for
 finds the list empty and may take a fresh one (STORE-43). A connection goes back to the pool
 when a call on it failed (the pool replaces a closed one), when it is found closed, and when the
 store closes.
-Rule 2: one connection may also listen (``keep``: the change feed's LISTEN, STORE-45). A single
-statement prefers it, so a host doing one call at a time uses that one connection for
-everything; a session (an open transaction, in which PostgreSQL holds notifications back)
-avoids it while the pool has room for another. It never goes back to the pool (the pool's
-release would drop its listener but leave the server listening): a failure terminates it, and
+Rule 2: one connection may also listen (``keep``: the change feed's LISTEN, STORE-45). Every
+call prefers it, so a host doing one call at a time uses that one connection for everything
+(a session too: PostgreSQL holds notifications back while its transaction is open, which for
+a scan is one page, or until it is read to the end or expires). It never goes back to the
+pool (the pool's release would drop its listener but leave the server listening): a failure
+terminates it, and
 losing it in any way (terminated, closed by the server, found closed) calls ``on_lost`` once, so
 the feed listens again and says ``Resync``.
 Rule 3: a spare is opened ahead only when concurrency appears: a call took the last idle
@@ -86,13 +87,13 @@ class Lender:
         """How many lent connections no call uses now."""
         return len(self._idle)
 
-    async def lend(self, deadline: float, *, session: bool = False) -> list[Any]:
+    async def lend(self, deadline: float) -> list[Any]:
         """Take a permit by ``deadline``; the connection to use in a one-element list, or an
         empty one: the call takes a fresh connection from the pool, which has room (Rule 1)."""
         with trio.move_on_at(deadline):
             await self._permits.acquire()
             self._busy += 1
-            connection = self._take(session)
+            connection = self._take()
             if not self._idle and self._busy > 1:
                 self._open_spare()
             return [] if connection is None else [connection]
@@ -101,12 +102,9 @@ class Lender:
             f"no connection to the store at {self._where} was free within {self._timeout} s",
         )
 
-    def _take(self, session: bool) -> Any:
+    def _take(self) -> Any:
         while self._idle:
-            index = self._choose(session)
-            if index is None:
-                return None
-            connection, _ = self._idle.pop(index)
+            connection, _ = self._idle.pop(self._choose())
             if aio.usable(connection):
                 return connection
             # Closed: asyncpg has handed it back to the pool, which opens a fresh one.
@@ -114,19 +112,13 @@ class Lender:
                 self._lose_keeper()
         return None
 
-    def _choose(self, session: bool) -> int | None:
-        """The idle entry a call takes; ``None``: a fresh one from the pool (Rule 2)."""
-        keeper = next((i for i, (c, _) in enumerate(self._idle) if c is self._keeper), None)
-        if keeper is None:
-            return len(self._idle) - 1
-        if not session:
-            return keeper
-        others = [i for i in range(len(self._idle)) if i != keeper]
-        if others:
-            return others[-1]
-        # The pool has room when every connection lent or being opened holds a permit of its
-        # own after this one: the idle ones need the free permits.
-        return None if len(self._idle) <= self._permits.value else keeper
+    def _choose(self) -> int:
+        """The idle entry a call takes: the listening one, else the most recently used (Rule
+        2), so that the others age and close (Rule 4)."""
+        for index, (connection, _) in enumerate(self._idle):
+            if connection is self._keeper:
+                return index
+        return len(self._idle) - 1
 
     def returned(self, connection: Any) -> None:
         """A call ended well on ``connection``: it goes idle and the call's permit is free."""
