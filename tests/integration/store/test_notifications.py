@@ -22,11 +22,19 @@ from zlink_trio._integration.store import (
     Stores,
     open_stores,
 )
+from zlink_trio._integration.store.bridge import open_database
 from zlink_trio._integration.store.notifications import (
     MAX_PENDING_KEYS,
     NOTICE_CHARS,
     ChangeFeed,
     pack,
+)
+from zlink_trio._integration.store.statements import Statement
+
+_TERMINATE_OTHERS = Statement(
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+    "AND datname = current_database() AND application_name = 'zlink_trio'",
+    (),
 )
 
 
@@ -156,22 +164,19 @@ async def test_a_subscriber_too_far_behind_is_told_to_resync() -> None:
 async def test_a_lost_listener_reconnects_and_says_resync(stores: Stores, key_prefix: str) -> None:
     """When the server drops the listening connection, the feed listens again and tells every
     subscriber Resync (notifications may have been lost meanwhile); hints follow again."""
-    killer = await stores.database.begin(isolation="read_committed")
-    with stores.location.changes() as feed:
-        try:
-            await killer.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE pid <> pg_backend_pid() AND query LIKE 'LISTEN %'"
-            )
-        finally:
-            await killer.close()
-        with trio.fail_after(10):
-            event = await feed.__anext__()
-        assert Resync() == event
-        key = key_prefix + "after"
-        await stores.location.write(Batch([], [Put(key, b"1")]))
-        with trio.fail_after(10):
-            await _next_change_of(feed, key)
+    # The store's one idle connection listens (STORE-45); a pool of its own ends it.
+    async with open_database(
+        stores.dsn, min_size=1, max_size=2, operation_timeout=10, startup_timeout=30
+    ) as killer:
+        with stores.location.changes() as feed:
+            await killer.fetch(_TERMINATE_OTHERS, {})
+            with trio.fail_after(10):
+                event = await feed.__anext__()
+            assert Resync() == event
+            key = key_prefix + "after"
+            await stores.location.write(Batch([], [Put(key, b"1")]))
+            with trio.fail_after(10):
+                await _next_change_of(feed, key)
 
 
 @pytest.mark.spec("STORE-40")

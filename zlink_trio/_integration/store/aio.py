@@ -1,6 +1,7 @@
 """The asyncio half of the store bridge (bridge.py): the coroutines that run on its loop, each
 called from Trio through ``bridge.Database``, never directly, and the driver's session settings
-and errors as the bridge reads them. In the package only bridge.py imports this.
+and errors as the bridge reads them. In the package only bridge.py and lending.py, the
+bridge's Trio half, import this.
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ def usable(connection: Any) -> bool:
         return False
 
 
+def terminate(connection: Any) -> None:
+    """Close a lent connection at once; one that closed already (asyncpg handed it back to the
+    pool and refuses every call on it) is left alone."""
+    try:
+        connection.terminate()
+    except asyncpg.exceptions.InterfaceError:
+        return
+
+
 UNREACHABLE = (
     OSError,
     asyncio.TimeoutError,
@@ -47,6 +57,8 @@ REJECTED_SETTINGS = (
     asyncpg.exceptions.InvalidCatalogNameError,
     asyncpg.exceptions.InvalidAuthorizationSpecificationError,
 )
+APPLICATION_NAME = "zlink_trio"
+"""How the store's connections name themselves to the server (``pg_stat_activity``)."""
 SESSION_SETTINGS = {
     # One statement per call, each its own transaction: SERIALIZABLE makes concurrent
     # conditional batches behave as if they ran one after another (STORE-4).
@@ -56,7 +68,7 @@ SESSION_SETTINGS = {
     # Every statement is a key lookup or a key range, so the generic plan is the right one; it
     # spares re-planning the batch statement on each call (measured: about a fifth of a CAS).
     "plan_cache_mode": "force_generic_plan",
-    "application_name": "zlink_trio",
+    "application_name": APPLICATION_NAME,
 }
 
 
@@ -120,7 +132,7 @@ async def keep_session(_connection: Any) -> None:
 
 async def lent_fetch(pool: Any, lent: list[Any], sql: str, args: tuple[Any, ...]) -> list[Row]:
     # ``lent`` holds the connection, or gets one from the pool at once: the Trio side sees it
-    # even when this task is cancelled right after (bridge.py Rule 5).
+    # even when this task is cancelled right after (lending.py Rule 1).
     if not lent:
         await acquire_into(pool, lent)
     connection = lent[0]
@@ -180,6 +192,25 @@ async def release(pool: Any, connection: Any) -> None:
     await pool.release(connection)
 
 
+async def close(connection: Any) -> None:
+    # A lent pool connection closes gracefully; its holder goes back to the pool, empty.
+    await connection.close()
+
+
+async def listen_on(
+    pool: Any,
+    lent: list[Any],
+    channel: str,
+    on_payload: Callable[[str], None],
+    on_lost: Callable[[], None],
+) -> None:
+    """Listen on the lent connection (or a fresh one from the pool, into ``lent``), which goes
+    on running statements (bridge.py Rule 7); terminated on failure."""
+    if not lent:
+        await acquire_into(pool, lent)
+    await _listen(lent[0], channel, on_payload, on_lost)
+
+
 async def listen(
     dsn: str,
     connect_timeout: float,
@@ -189,6 +220,16 @@ async def listen(
     on_lost: Callable[[], None],
 ) -> Any:
     connection = await asyncpg.connect(dsn, timeout=connect_timeout, server_settings=settings)
+    await _listen(connection, channel, on_payload, on_lost)
+    return connection
+
+
+async def _listen(
+    connection: Any,
+    channel: str,
+    on_payload: Callable[[str], None],
+    on_lost: Callable[[], None],
+) -> None:
     try:
         connection.add_termination_listener(lambda _connection: on_lost())
         await connection.add_listener(
@@ -197,4 +238,3 @@ async def listen(
     except BaseException:
         connection.terminate()
         raise
-    return connection

@@ -1,8 +1,9 @@
 """The one place where asyncio meets Trio: the asyncpg pool behind a Trio-facing API
 (specs/store.md, STORE-10, STORE-16..STORE-19, STORE-27).
 
-Everything asyncio-flavoured in zlink_trio lives in this module and in aio.py, its asyncio half
-(the coroutines that run on the loop); callers are plain Trio code and never see a coroutine of
+Everything asyncio-flavoured in zlink_trio lives in this module, in lending.py (which pool
+connection a call uses) and in aio.py, its asyncio half (the coroutines that run on the loop);
+callers are plain Trio code and never see a coroutine of
 the other loop. Each public call crosses the bridge once.
 
 Rule 1: every call ends within the operation timeout. On the store's own deadline the asyncio
@@ -14,29 +15,24 @@ Rule 3: a serialization failure or deadlock means PostgreSQL rolled the statemen
 retried here until the deadline and never reaches the caller as a conflict.
 Rule 4: a lost or refused connection is ``UNAVAILABLE``; the pool opens a fresh connection on the
 next call, so the store recovers by itself once the server is back.
-Rule 5: a connection taken from the asyncpg pool stays lent to the Trio side between calls (an
-idle list), so a call crosses the bridge once, not also for the pool's acquire and release
-(measured: those two are ~40 % of a ``SELECT 1`` through trio-asyncio). A Trio semaphore of the
-pool's size admits the calls, so the pool always has a connection for one that finds the list
-empty. A connection goes back to the pool when a call on it failed (the pool replaces a closed
-one, Rule 4), when it is found closed, and when the store closes.
+Rule 5: which connection a call runs on, when one more is opened and when an idle one is
+closed is lending.py's (Rules 1-4 there, STORE-43..STORE-46): pool connections stay lent to
+this side between calls, so a call crosses the bridge once.
 Rule 6: a connection prepares the store's hot statements when the pool opens it, so that the
 driver's one-time work per connection (reading the array types' definitions from the server:
 ~10 ms for the conditional batch, measured) is not paid inside the first call that uses it.
-Before the schema exists they are skipped.
-Rule 7: a spare is opened ahead. When a call takes the last idle connection (or finds none) and
-a permit is free, a background task takes that permit and opens one more connection into the
-idle list, so the next call does not open one itself (connecting and preparing: 20-45 ms
-measured in bench/relocation.py, where a fresh host's first moves committed). Holding a permit,
-the spare never leaves a caller that finds the list empty without a connection in the pool.
+Before the schema exists they are skipped. Behind a transaction pooler (``pooled``) nothing is
+prepared and the driver's statement cache is off: a named statement lives on one server
+connection, and the pooler hands the next transaction another (STORE-48).
+Rule 7: the change feed listens on a pool connection that also runs statements (lending.py
+Rule 2), so an idle host holds one connection (STORE-45); with ``listen_dsn`` (a direct server
+behind a pooler) it listens on a dedicated connection there instead.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
-import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -56,11 +52,11 @@ with warnings.catch_warnings():
 
 from zlink_trio._integration.store import aio
 from zlink_trio._integration.store.config import describe_dsn
+from zlink_trio._integration.store.lending import Lender
 from zlink_trio._integration.store.statements import Statement
 from zlink_trio.errors import ConfigurationError, ErrorKind, ZLinkError
 
 Row: TypeAlias = aio.Row
-_log = logging.getLogger("zlink_trio.store")
 
 # --- Trio side -----------------------------------------------------------------------------------
 
@@ -126,54 +122,62 @@ class Session:
 
 
 class Listener:
-    """A dedicated connection listening on one channel; ``lost`` is set when it drops."""
+    """Listening on one channel until closed; ``lost`` is set when the connection drops."""
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
-        self._connection: Any = None
-        self.lost = trio.Event()
+    def __init__(self, lost: trio.Event, stop: Callable[[], None]) -> None:
+        self.lost = lost
+        self._stop = stop
 
     async def close(self) -> None:
-        """Stop listening and close the connection; idempotent."""
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.terminate()
+        """Stop listening (its connection is terminated); idempotent."""
+        stop, self._stop = self._stop, _nothing
+        stop()
         self.lost.set()
+
+
+def _nothing() -> None:
+    return None
 
 
 class Database:
     """The asyncpg pool seen from Trio: single statements, held sessions and a listener."""
 
     def __init__(
-        self, loop: Any, pool: Any, dsn: str, timeout: float, size: int, spares: trio.Nursery
+        self,
+        run: Callable[..., Awaitable[Any]],
+        pool: Any,
+        lender: Lender,
+        *,
+        timeout: float,
+        where: str,
+        listen_dsn: str | None = None,
     ) -> None:
-        self._loop = loop
-        self._spares = spares
-        self._opening = False  # a spare is being opened (Rule 7)
+        self._run = run
+        self._lender = lender
         self.pool = pool
         self.timeout = timeout
-        self._dsn = dsn
-        self.where = describe_dsn(dsn)
-        self._idle: list[Any] = []  # pool connections lent to this side, unused now (Rule 5)
-        self._permits = trio.Semaphore(size)  # one per connection the pool can have
+        self.where = where
+        self._listen_dsn = listen_dsn
+
+    @property
+    def idle_count(self) -> int:
+        """How many pool connections are lent to this side and unused now (lending.py)."""
+        return self._lender.idle_count
 
     async def fetch(self, statement: Statement, values: Mapping[str, Any]) -> list[Row]:
         """The rows of one statement, run as its own transaction on a pool connection."""
         args = statement.arguments(values)
         deadline = trio.current_time() + self.timeout
-        lent = await self._lend(deadline)
+        lent = await self._lender.lend(deadline)
         try:
             rows = await self.call(
                 aio.lent_fetch, self.pool, lent, statement.sql, args, at=deadline
             )
         except BaseException:
-            if lent:
-                await self._give_back(lent[0])
+            await self._lender.failed(lent)
+            self._lender.unlend()
             raise
-        else:
-            self._idle.append(lent[0])
-        finally:
-            self._permits.release()
+        self._lender.returned(lent[0])
         return cast(list[Row], rows)
 
     async def fetch_one(self, statement: Statement, values: Mapping[str, Any]) -> Row:
@@ -184,15 +188,14 @@ class Database:
     async def begin(self, *, isolation: str, readonly: bool = False) -> Session:
         """A :class:`Session`: one pool connection with an open transaction, until closed."""
         deadline = trio.current_time() + self.timeout
-        lent = await self._lend(deadline)
+        lent = await self._lender.lend(deadline)
         try:
             transaction = await self.call(
                 aio.begin, self.pool, lent, isolation, readonly, at=deadline
             )
         except BaseException:
-            if lent:
-                await self._give_back(lent[0])
-            self._permits.release()
+            await self._lender.failed(lent)
+            self._lender.unlend()
             raise
         return Session(self, lent[0], transaction)
 
@@ -201,36 +204,49 @@ class Database:
         try:
             await self.call(aio.finish, connection, transaction, commit)
         except BaseException:
-            await self._give_back(connection)
+            await self._lender.failed([connection])
+            self._lender.unlend()
             raise
-        else:
-            self._idle.append(connection)
-        finally:
-            self._permits.release()
+        self._lender.returned(connection)
 
     async def listen(self, channel: str, on_payload: Callable[[str], None]) -> Listener:
-        """Start listening on ``channel`` on a new dedicated connection (not from the pool).
+        """Start listening on ``channel``: on a pool connection that also runs statements
+        (Rule 7), or on a dedicated one to ``listen_dsn``.
 
         ``on_payload`` runs on the Trio thread for each notification; it must not block.
         """
-        listener = Listener(self)
-        listener._connection = await self.call(
-            aio.listen,
-            self._dsn,
-            self.timeout,
-            channel,
-            aio.SESSION_SETTINGS,
-            on_payload,
-            listener.lost.set,
-        )
-        return listener
+        lost = trio.Event()
+        if self._listen_dsn is not None:
+            connection = await self.call(
+                aio.listen,
+                self._listen_dsn,
+                self.timeout,
+                channel,
+                aio.SESSION_SETTINGS,
+                on_payload,
+                lost.set,
+            )
+            return Listener(lost, functools.partial(aio.terminate, connection))
+        deadline = trio.current_time() + self.timeout
+        lent = await self._lender.lend(deadline)
+        try:
+            await self.call(
+                aio.listen_on, self.pool, lent, channel, on_payload, lost.set, at=deadline
+            )
+        except BaseException:
+            await self._lender.failed(lent)
+            self._lender.unlend()
+            raise
+        self._lender.keep(lent[0], lost.set)
+        self._lender.returned(lent[0])
+        return Listener(lost, functools.partial(self._lender.drop_keeper, lent[0]))
 
     async def call(self, function: Callable[..., Any], *args: Any, at: float | None = None) -> Any:
         """Run an asyncio coroutine function to completion by ``at`` (Trio's clock), by default
         within the operation timeout."""
         with trio.move_on_at(trio.current_time() + self.timeout if at is None else at):
             try:
-                return await _run_on(self._loop, function, *args)
+                return await self._run(function, *args)
             except Exception as error:
                 raise aio.failure(error, self.where) from error
         raise ZLinkError(
@@ -238,66 +254,6 @@ class Database:
             f"the store at {self.where} did not answer within {self.timeout} s; "
             "a write's outcome is unknown until it is read again",
         )
-
-    async def _lend(self, deadline: float) -> list[Any]:
-        """Take a permit by ``deadline``; the connection to use: an idle one, or none (the call
-        takes one from the pool, which has one for every permit, Rule 5)."""
-        with trio.move_on_at(deadline):
-            await self._permits.acquire()
-            while self._idle:
-                connection = self._idle.pop()
-                if aio.usable(connection):
-                    if not self._idle:
-                        self._open_spare()
-                    return [connection]
-                # Closed: asyncpg has handed it back to the pool, which opens a fresh one.
-            self._open_spare()
-            return []
-        raise ZLinkError(
-            ErrorKind.UNAVAILABLE,
-            f"no connection to the store at {self.where} was free within {self.timeout} s",
-        )
-
-    def _open_spare(self) -> None:
-        """Rule 7: one more idle connection, opened in the background, if a permit is free."""
-        if self._opening or self._spares.cancel_scope.cancel_called:  # none while closing
-            return
-        try:
-            self._permits.acquire_nowait()
-        except trio.WouldBlock:
-            return
-        self._opening = True
-        self._spares.start_soon(self._spare)
-
-    async def _spare(self) -> None:
-        lent: list[Any] = []
-        try:
-            with trio.move_on_after(self.timeout):
-                await _run_on(self._loop, aio.acquire_into, self.pool, lent)
-        except (Exception, asyncio.CancelledError) as error:
-            # The next call meets the same trouble and reports it; the spare is never the one
-            # to fail the store (the driver's own cancellation included).
-            _log.debug("opening a spare store connection failed: %r", error)
-        finally:
-            if lent:  # also when cancelled after it came: the store's close gives it back
-                self._idle.append(lent[0])
-            self._opening = False
-            self._permits.release()
-
-    async def _give_back(self, connection: Any) -> None:
-        """Return a lent connection to the pool; never raises (a failure terminated it)."""
-        with (
-            trio.CancelScope(shield=True),
-            trio.move_on_after(self.timeout),
-            contextlib.suppress(Exception),
-        ):
-            await _run_on(self._loop, aio.release, self.pool, connection)
-
-    async def give_back_all(self) -> None:
-        """Return every idle lent connection to the pool (before it closes)."""
-        idle, self._idle = self._idle, []
-        for connection in idle:
-            await self._give_back(connection)
 
 
 @asynccontextmanager
@@ -308,65 +264,100 @@ async def open_database(
     max_size: int,
     operation_timeout: float,
     startup_timeout: float,
+    idle_timeout: float = 30.0,
     durable_commits: bool = True,
     prepared: Sequence[Statement] = (),
+    pooled: bool = False,
+    listen_dsn: str | None = None,
 ) -> AsyncIterator[Database]:
     """Open the trio-asyncio loop and the asyncpg pool; close both on exit. Each connection the
-    pool opens prepares ``prepared`` first (Rule 6).
+    pool opens prepares ``prepared`` first (Rule 6), unless ``pooled`` (a transaction pooler
+    such as PgBouncer is in front of the server: STORE-48). A connection idle for
+    ``idle_timeout`` is closed, all but one (lending.py Rule 4).
 
     ``ConfigurationError`` when the server rejects the DSN (unknown database, user or password,
-    bad option); ``ZLinkError(UNAVAILABLE)`` when no server answers within ``startup_timeout``.
+    bad option) or, ``pooled``, does not run every transaction SERIALIZABLE by itself;
+    ``ZLinkError(UNAVAILABLE)`` when no server answers within ``startup_timeout``.
     """
     where = describe_dsn(dsn)
     async with trio_asyncio.open_loop() as loop:
-        settings = dict(aio.SESSION_SETTINGS)
-        if not durable_commits:  # commits do not wait for the disk (STORE-42)
-            settings["synchronous_commit"] = "off"
-        init = aio.preparing([statement.sql for statement in prepared])
-        sizes = (min_size, max_size)
-        timeouts = (operation_timeout, startup_timeout)
-        pool = await _create_pool(loop, dsn, sizes, timeouts, where, settings, init)
+        run = functools.partial(_run_on, loop)
+        options: dict[str, Any] = {
+            "min_size": max(min_size, 1),
+            "max_size": max_size,
+            "timeout": operation_timeout,
+            "max_inactive_connection_lifetime": idle_timeout,
+            "reset": aio.keep_session,
+        }
+        if pooled:
+            # A pooler passes on only a few startup settings; the rest must be the role's or
+            # the database's own (checked below, STORE-48).
+            options["server_settings"] = {"application_name": aio.APPLICATION_NAME}
+            options["statement_cache_size"] = 0
+        else:
+            options["server_settings"] = dict(aio.SESSION_SETTINGS)
+            if not durable_commits:  # commits do not wait for the disk (STORE-42)
+                options["server_settings"]["synchronous_commit"] = "off"
+            options["init"] = aio.preparing([statement.sql for statement in prepared])
+        pool = await _create_pool(run, dsn, options, startup_timeout, where)
+        lender: Lender | None = None
         try:
-            async with trio.open_nursery() as spares:
-                database = Database(loop, pool, dsn, operation_timeout, max(max_size, 1), spares)
+            async with trio.open_nursery() as nursery:
+                lender = Lender(
+                    run,
+                    pool,
+                    size=max(max_size, 1),
+                    timeout=operation_timeout,
+                    idle_timeout=idle_timeout,
+                    where=where,
+                    nursery=nursery,
+                )
+                database = Database(
+                    run, pool, lender, timeout=operation_timeout, where=where, listen_dsn=listen_dsn
+                )
                 try:
+                    if pooled:
+                        await _check_pooled(database)
                     yield database
                 finally:
-                    spares.cancel_scope.cancel()
+                    nursery.cancel_scope.cancel()
         finally:
-            await database.give_back_all()
+            if lender is not None:
+                await lender.give_back_all()
             with trio.CancelScope(shield=True):
                 # Closing is best effort: whatever is left is terminated right after.
                 with trio.move_on_after(operation_timeout), contextlib.suppress(Exception):
-                    await _run_on(loop, pool.close)
+                    await run(pool.close)
                 pool.terminate()
 
 
+_ISOLATION = Statement("SELECT current_setting('default_transaction_isolation')", ())
+
+
+async def _check_pooled(database: Database) -> None:
+    """Behind a pooler the session settings are not sent: a batch is SERIALIZABLE (STORE-4)
+    only if the server makes it so for every session of the role."""
+    isolation = (await database.fetch_one(_ISOLATION, {}))[0]
+    if isolation != "serializable":
+        raise ConfigurationError(
+            f"the store at {database.where} is reached through a transaction pooler, so the "
+            "store cannot set its session settings: the server must run every transaction "
+            f"SERIALIZABLE by itself (default_transaction_isolation is {isolation!r}); run "
+            "ALTER DATABASE <database> SET default_transaction_isolation = 'serializable' "
+            "(or ALTER ROLE) on the server"
+        )
+
+
 async def _create_pool(
-    loop: Any,
+    run: Callable[..., Awaitable[Any]],
     dsn: str,
-    sizes: tuple[int, int],
-    timeouts: tuple[float, float],
+    options: dict[str, Any],
+    startup_timeout: float,
     where: str,
-    settings: dict[str, str],
-    init: Callable[[Any], Awaitable[None]],
 ) -> Any:
-    (min_size, max_size), (operation_timeout, startup_timeout) = sizes, timeouts
     with trio.move_on_after(startup_timeout):
         try:
-            return await _run_on(
-                loop,
-                functools.partial(
-                    asyncpg.create_pool,
-                    dsn,
-                    min_size=max(min_size, 1),
-                    max_size=max_size,
-                    timeout=operation_timeout,
-                    reset=aio.keep_session,
-                    init=init,
-                    server_settings=settings,
-                ),
-            )
+            return await run(functools.partial(asyncpg.create_pool, dsn, **options))
         except aio.REJECTED_SETTINGS as error:
             raise ConfigurationError(
                 f"the store DSN ({where}) was rejected: {type(error).__name__}: {error}"

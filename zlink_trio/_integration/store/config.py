@@ -36,6 +36,9 @@ class StoreConfig:
     """The embedded server's data folder; ``None`` means :func:`default_data_dir`."""
     pool_min_size: int = 1
     pool_max_size: int = 10
+    """Most connections the store's pool holds, the listening one included (STORE-47)."""
+    pool_idle_timeout: float = attrs.field(default=30.0, validator=_positive)
+    """A pool connection unused this long is closed, all but one (STORE-46)."""
     operation_timeout: float = attrs.field(default=5.0, validator=_positive)
     """Every store call ends within this time: with its result or ``ZLinkError(UNAVAILABLE)``."""
     startup_timeout: float = attrs.field(default=30.0, validator=_positive)
@@ -54,8 +57,27 @@ class StoreConfig:
     lose the last writes but never corrupts the store (STORE-42). For test stores, whose records
     nobody needs after a crash; never for a mesh that serves."""
 
+    transaction_pooler: bool = False
+    """``dsn`` is a pooler in transaction mode (PgBouncer's ``pool_mode = transaction``): no
+    prepared statements, no session settings, no LISTEN through it (STORE-48)."""
+    listen_dsn: str | None = None
+    """A direct DSN of the same server for the change feed's LISTEN when ``dsn`` is a pooler;
+    ``None`` listens on a pool connection (STORE-45)."""
+
     def __attrs_post_init__(self) -> None:
         problems = []
+        if self.transaction_pooler and self.notifications and self.listen_dsn is None:
+            problems.append(
+                "notifications need a listen_dsn (a direct DSN of the server) behind a "
+                "transaction pooler, which cannot LISTEN; or set notifications=False"
+            )
+        if self.transaction_pooler and not self.durable_commits:
+            problems.append(
+                "durable_commits=False is a session setting, which a transaction pooler does not "
+                "keep; set synchronous_commit on the server's database or role instead"
+            )
+        if self.listen_dsn is not None:
+            problems.extend(_problems_of(self.listen_dsn, "StoreConfig.listen_dsn"))
         if not 0 <= self.pool_min_size <= self.pool_max_size:
             problems.append(
                 f"pool_min_size must be 0..pool_max_size ({self.pool_max_size}), "
@@ -88,11 +110,18 @@ def chosen_dsn(config: StoreConfig, environ: Mapping[str, str] = os.environ) -> 
 def check_dsn(dsn: str, where: str) -> str:
     """``dsn`` unchanged when it is a usable ``postgresql://`` URL; else ``ConfigurationError``
     naming ``where`` it came from and what is wrong (never the password)."""
+    problems = _problems_of(dsn, where)
+    if problems:
+        raise ConfigurationError(problems)
+    return dsn
+
+
+def _problems_of(dsn: str, where: str) -> list[str]:
     try:
         parts = urlsplit(dsn)
         port = parts.port
     except ValueError as error:
-        raise ConfigurationError(f"{where} is not a valid URL: {error}") from None
+        return [f"{where} is not a valid URL: {error}"]
     problems = []
     if parts.scheme not in ("postgresql", "postgres"):
         problems.append(
@@ -101,9 +130,7 @@ def check_dsn(dsn: str, where: str) -> str:
         )
     if port == 0:
         problems.append(f"{where} names port 0")
-    if problems:
-        raise ConfigurationError(problems)
-    return dsn
+    return problems
 
 
 def describe_dsn(dsn: str) -> str:

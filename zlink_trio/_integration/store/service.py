@@ -81,8 +81,11 @@ async def _open(
             max_size=config.pool_max_size,
             operation_timeout=config.operation_timeout,
             startup_timeout=config.startup_timeout,
+            idle_timeout=config.pool_idle_timeout,
             durable_commits=config.durable_commits,
             prepared=(location_sql.WRITE, location_sql.READ, location_sql.NOW),
+            pooled=config.transaction_pooler,
+            listen_dsn=config.listen_dsn,
         ) as database:
             await ensure_schema(database)
             async with trio.open_nursery() as nursery:

@@ -1,4 +1,5 @@
 """Host configuration and the checks of durations (specs/registration.md REG-8.1;
+specs/store.md STORE-47, STORE-48;
 specs/completion.md CMP-3.10, CMP-9.9; specs/shutdown.md SHUT-4.8; specs/relocation.md
 RELOC-32, RELOC-33).
 
@@ -158,6 +159,18 @@ def _check_data_dir(value: object) -> None:
         raise TypeError(f"store_data_dir takes a pathlib.Path, not {type(value).__name__}")
 
 
+MAX_STORE_POOL = 1000
+"""Largest ``store_pool_size``; PostgreSQL forks a process for every connection."""
+
+
+def _check_pool_size(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"store_pool_size takes an int, not {type(value).__name__}")
+    # Two scans may hold a connection each (StoreConfig.max_open_scans) and one must stay free.
+    if not 3 <= value <= MAX_STORE_POOL:
+        raise ValueError(f"store_pool_size must be in 3..{MAX_STORE_POOL}, got {value}")
+
+
 def _check_cpu_slots(value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"cpu_worker_slots takes an int, not {type(value).__name__}")
@@ -189,6 +202,19 @@ class HostConfig:
     """The store's PostgreSQL DSN; ``None`` means ``ZLINK_STORE_DSN``, else the embedded server."""
     store_data_dir: Path | None = None
     """The embedded server's data folder when no DSN is given; ``None`` is the default folder."""
+    store_pool_size: int = 10
+    """Most connections this host holds to the store's PostgreSQL, 3..1000 (specs/store.md
+    STORE-47): an idle host holds one; for N hosts the server needs ``max_connections`` of at
+    least N times this plus what operators use."""
+    store_idle_timeout: float = 30.0
+    """Seconds a store connection stays open unused before it is closed, all but one
+    (STORE-46)."""
+    store_transaction_pooler: bool = False
+    """``store_dsn`` is a pooler in transaction mode, such as PgBouncer (STORE-48): the store
+    prepares no statements, and the server must run every transaction SERIALIZABLE by itself."""
+    store_listen_dsn: str | None = None
+    """With ``store_transaction_pooler``: a direct DSN of the same server for the change feed's
+    LISTEN; ``None`` there turns notifications off (the feed polls every second)."""
     node_rid: NodeRid | str | None = None
     """This node's routing identity; ``None`` generates one at start (ID-9)."""
     request_timeout: float = 5.0
@@ -254,6 +280,9 @@ class HostConfig:
             _problem(lambda v: v is None or isinstance(v, NodeRid) or NodeRid(v), self.node_rid),
             _problem(_check_dsn_type, self.store_dsn),
             _problem(_check_data_dir, self.store_data_dir),
+            _problem(_check_pool_size, self.store_pool_size),
+            _problem(check_timeout, self.store_idle_timeout, "store_idle_timeout"),
+            _problem(_check_dsn_type, self.store_listen_dsn),
             _problem(check_timeout, self.request_timeout, "request_timeout"),
             _problem(check_timeout, self.closing_timeout, "closing_timeout"),
             _problem(check_timeout, self.node_lease, "node_lease"),

@@ -195,6 +195,21 @@ def open_host(app: Application, config: HostConfig) -> AbstractAsyncContextManag
     return open_host_on(app, config, clock=TRIO_CLOCK)
 
 
+def store_config_of(config: HostConfig) -> StoreConfig:
+    """How a host with ``config`` uses its store (specs/store.md STORE-47, STORE-48)."""
+    polling = config.store_transaction_pooler and config.store_listen_dsn is None
+    return StoreConfig(
+        dsn=config.store_dsn,
+        data_dir=config.store_data_dir,
+        pool_max_size=config.store_pool_size,
+        pool_idle_timeout=config.store_idle_timeout,
+        transaction_pooler=config.store_transaction_pooler,
+        listen_dsn=config.store_listen_dsn,
+        # A pooler cannot LISTEN: without a direct DSN the feed polls (STORE-48).
+        **({"notifications": False} if polling else {}),
+    )
+
+
 @asynccontextmanager
 async def open_host_on(
     app: Application, config: HostConfig, *, clock: Clock, stores: Stores | None = None
@@ -221,7 +236,7 @@ async def open_host_on(
     node_generation = NodeGeneration.new()
     curve_secret = _curve_secret(config)
     fence = Fence(config.node_lease)
-    store_config = StoreConfig(dsn=config.store_dsn, data_dir=config.store_data_dir)
+    store_config = store_config_of(config)
     interruption: Interruption | None = None
     tree: TaskTree | None = None
     unwatch: Callable[[], None] = lambda: None  # noqa: E731  # replaced once the nursery runs
