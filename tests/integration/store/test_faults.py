@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from pathlib import Path
 
@@ -128,3 +129,18 @@ async def test_calls_fail_fast_during_an_outage_and_recover_after_it(pg_folder: 
                     assert heard
     finally:
         await server.stop(60)
+
+
+@pytest.mark.spec("STORE-49")
+async def test_a_call_the_driver_cancels_is_unavailable_not_asyncio_cancelled(
+    stores: Stores,
+) -> None:
+    """A coroutine cancelled on the asyncio side (as the store's close does to what runs on its
+    loop) ends the Trio caller's call UNAVAILABLE."""
+
+    async def cancelled_on_the_loop() -> None:
+        raise asyncio.CancelledError
+
+    with pytest.raises(ZLinkError) as caught:
+        await stores.database.call(cancelled_on_the_loop)
+    assert ErrorKind.UNAVAILABLE == caught.value.kind

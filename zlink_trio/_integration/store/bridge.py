@@ -31,6 +31,7 @@ behind a pooler) it listens on a dedicated connection there instead.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import warnings
@@ -249,6 +250,15 @@ class Database:
                 return await self._run(function, *args)
             except Exception as error:
                 raise aio.failure(error, self.where) from error
+            except asyncio.CancelledError as error:
+                # Not the caller's cancellation (that one arrives as trio.Cancelled): the
+                # asyncio side ended the call, e.g. the store closing under it (STORE-49).
+                raise ZLinkError(
+                    ErrorKind.UNAVAILABLE,
+                    f"the call to the store at {self.where} was cancelled on the driver's "
+                    "side (the store is closing); a write's outcome is unknown until it is "
+                    "read again",
+                ) from error
         raise ZLinkError(
             ErrorKind.UNAVAILABLE,
             f"the store at {self.where} did not answer within {self.timeout} s; "
