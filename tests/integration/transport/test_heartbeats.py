@@ -132,7 +132,7 @@ async def settle(mesh: RouteMesh, seconds: float) -> None:
     await trio.sleep(seconds)
 
 
-@pytest.mark.spec("TRN-17")
+@pytest.mark.spec("TRN-17", "DEC-31")
 async def test_an_idle_pair_exchanges_no_heartbeats_and_stays_up() -> None:
     """Two connected meshes with no work outstanding send each other no Heartbeat over two
     liveness windows, and neither judges the other lost."""
@@ -225,7 +225,7 @@ async def test_a_send_waiting_at_a_silent_peer_ends_unavailable() -> None:
             assert took <= WINDOW + 2 * HEARTBEAT + SLACK
 
 
-@pytest.mark.spec("TRN-11", "TRN-17")
+@pytest.mark.spec("TRN-11", "TRN-17", "DEC-31")
 async def test_a_slow_peer_whose_reader_is_held_stays_up_while_a_send_waits() -> None:
     """b's application reader is held for two windows while a's send to it waits at the
     high-water mark: b answers a's Heartbeats on the completion connection, so a keeps b's
@@ -283,7 +283,7 @@ async def test_two_busy_peers_send_about_one_heartbeat_per_interval_each() -> No
             assert intervals - 2 <= mesh.traffic.heartbeats_sent[peer] <= 2 * intervals + 2
 
 
-@pytest.mark.spec("TRN-17")
+@pytest.mark.spec("TRN-17", "DEC-31")
 async def test_a_lost_route_is_sent_heartbeats_until_its_run_is_heard_again() -> None:
     """a loses silent x while a request waits and makes its links anew; with no work left for
     x, a still sends Heartbeats on its new completion link, and x's answer brings the route
