@@ -215,12 +215,15 @@ async def test_a_send_waiting_at_a_silent_peer_ends_unavailable() -> None:
             with trio.fail_after(10):
                 await until_up(a, "x")
             ended: list[ErrorKind | None] = []
-            with trio.fail_after(20):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(outcome, fill(a, X), ended)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(outcome, fill(a, X), ended)
+                with trio.fail_after(10):
                     await until(lambda: a.waiting_sends(X) == 1)
-                    waited = trio.current_time()
+                waited = trio.current_time()
+                with trio.move_on_after(10):
+                    await until(lambda: bool(ended))
                 took = trio.current_time() - waited
+                a.close()  # a send still waiting ends SHUTTING_DOWN: a failure below, not a hang
             assert [ErrorKind.UNAVAILABLE] == ended
             assert took <= WINDOW + 2 * HEARTBEAT + SLACK
 
