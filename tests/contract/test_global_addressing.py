@@ -552,24 +552,31 @@ async def test_a_lost_route_that_comes_back_serves_calls_again(
         assert caller is not None
         caller_mesh = caller.mesh
         assert caller_mesh is not None
-        deaf.add(second.node_rid)
-        held = first.route.request_to_spot(room, Hold(), reply_type=Answer).timeout(30)
-        # Only a peer with work outstanding is judged (TRN-17): the held request is that work.
-        with trio.fail_after(15), pytest.raises(zl.ZLinkError) as lost:  # the window is 3 s
-            await held.submit()
-        assert zl.ErrorKind.UNAVAILABLE == lost.value.kind
-        Holding.release.set()
-        assert caller_mesh.is_up(second.node_rid) is None
-        with pytest.raises(zl.ZLinkError) as caught:
-            await first.route.request_to_spot(room, Ask("lost"), reply_type=Answer).submit()
-        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
-        deaf.clear()
-        with trio.fail_after(15):
-            while caller_mesh.is_up(second.node_rid) is None:  # noqa: ASYNC110  # a clock
-                await trio.sleep(0.05)
-            await trio.testing.wait_all_tasks_blocked()  # the caller has seen the RouteUp
-            reply = await first.route.request_to_spot(room, Ask("back"), reply_type=Answer).submit()
-        assert second.node_rid.value == reply.node_rid
+        try:
+            deaf.add(second.node_rid)
+            held = first.route.request_to_spot(room, Hold(), reply_type=Answer).timeout(30)
+            # Only a peer with work outstanding is judged (TRN-17): the held request is that work.
+            with trio.fail_after(15), pytest.raises(zl.ZLinkError) as lost:  # the window is 3 s
+                await held.submit()
+            assert zl.ErrorKind.UNAVAILABLE == lost.value.kind
+            assert caller_mesh.is_up(second.node_rid) is None
+            with pytest.raises(zl.ZLinkError) as caught:
+                await first.route.request_to_spot(room, Ask("lost"), reply_type=Answer).submit()
+            assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+            deaf.clear()
+            with trio.fail_after(15):
+                while caller_mesh.is_up(second.node_rid) is None:  # noqa: ASYNC110  # a clock
+                    await trio.sleep(0.05)
+                await trio.testing.wait_all_tasks_blocked()  # the caller has seen the RouteUp
+                # The route came back without the held request's late reply (which the caller
+                # would hear too); the Room's turn is free for the next call once it is released.
+                Holding.release.set()
+                reply = await first.route.request_to_spot(
+                    room, Ask("back"), reply_type=Answer
+                ).submit()
+            assert second.node_rid.value == reply.node_rid
+        finally:
+            Holding.release.set()  # the owner's host can shut down, whatever happened
 
 
 @pytest.mark.spec("ROUTE-8", "TRN-26", "GLOBAL-12")
