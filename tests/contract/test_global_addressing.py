@@ -500,9 +500,10 @@ async def test_a_cold_activation_raced_from_two_hosts_answers_every_caller(store
 async def test_a_call_to_an_owner_whose_route_is_lost_is_unavailable_at_once(
     store_dsn: str,
 ) -> None:
-    """The owner's transport falls silent while its node record stays live: once the caller's
-    transport reports the route lost, a request with a long timeout ends UNAVAILABLE at once
-    instead of waiting out its timeout for the route."""
+    """The owner's transport falls silent while its node record stays live: a request waiting
+    for it ends UNAVAILABLE once the caller's transport judges the route lost, and a request
+    with a long timeout then ends UNAVAILABLE at once instead of waiting out its timeout for
+    the route."""
     room = fresh("room")
     async with two_hosts(store_dsn) as (first, second):
         await second.spots.get_or_create(room, "global.Room").submit()
@@ -512,9 +513,12 @@ async def test_a_call_to_an_owner_whose_route_is_lost_is_unavailable_at_once(
         owner_mesh.close()  # silent from now on; its membership still renews its node record
         caller_mesh = first._messaging.remote.mesh  # the caller's transport (internal)
         assert caller_mesh is not None
-        with trio.fail_after(15):  # the liveness window is 3 s
-            while caller_mesh.is_up(second.node_rid) is not None:  # noqa: ASYNC110  # remote
-                await trio.sleep(0.05)  # a remote condition: no local event to wait for
+        waiting = first.route.request_to_spot(room, Ask("unheard"), reply_type=Answer)
+        # Only a peer with work outstanding is judged (TRN-17): this request is that work.
+        with trio.fail_after(15), pytest.raises(zl.ZLinkError) as lost:  # the window is 3 s
+            await waiting.timeout(30).submit()
+        assert zl.ErrorKind.UNAVAILABLE == lost.value.kind
+        assert caller_mesh.is_up(second.node_rid) is None
         with trio.fail_after(5), pytest.raises(zl.ZLinkError) as caught:  # not its 30 s timeout
             await (
                 first.route.request_to_spot(room, Ask("x"), reply_type=Answer).timeout(30).submit()
@@ -527,16 +531,18 @@ async def test_a_call_to_an_owner_whose_route_is_lost_is_unavailable_at_once(
 async def test_a_lost_route_that_comes_back_serves_calls_again(
     store_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The caller stops hearing the owner (its liveness ticks are made deaf to it) until the
-    route is lost; once it hears the owner again the route is up and calls reach it again."""
+    """The caller stops hearing the owner (its liveness ticks are made deaf to it) while a
+    request waits for it, until the route is lost; once it hears the owner again (the caller
+    sends Heartbeats to a lost route, TRN-17) the route is up and calls reach it again."""
     room = fresh("room")
     deaf: set[zl.NodeRid] = set()
     real_tick = Route.tick
+    Holding.entered, Holding.release = trio.Event(), trio.Event()
 
-    def tick(self: Route, now: float, window: float) -> Verdict:
+    def tick(self: Route, now: float, window: float, watched: bool) -> Verdict:
         if self.node_rid in deaf:
             self.heard = False  # the injected silence: what arrived from it is not counted
-        return real_tick(self, now, window)
+        return real_tick(self, now, window, watched)
 
     monkeypatch.setattr(Route, "tick", tick)
     async with two_hosts(store_dsn) as (first, second):
@@ -546,20 +552,31 @@ async def test_a_lost_route_that_comes_back_serves_calls_again(
         assert caller is not None
         caller_mesh = caller.mesh
         assert caller_mesh is not None
-        deaf.add(second.node_rid)
-        with trio.fail_after(15):  # the liveness window is 3 s
-            while caller_mesh.is_up(second.node_rid) is not None:  # noqa: ASYNC110  # a clock
-                await trio.sleep(0.05)
-        with pytest.raises(zl.ZLinkError) as caught:
-            await first.route.request_to_spot(room, Ask("lost"), reply_type=Answer).submit()
-        assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
-        deaf.clear()
-        with trio.fail_after(15):
-            while caller_mesh.is_up(second.node_rid) is None:  # noqa: ASYNC110  # a clock
-                await trio.sleep(0.05)
-            await trio.testing.wait_all_tasks_blocked()  # the caller has seen the RouteUp
-            reply = await first.route.request_to_spot(room, Ask("back"), reply_type=Answer).submit()
-        assert second.node_rid.value == reply.node_rid
+        try:
+            deaf.add(second.node_rid)
+            held = first.route.request_to_spot(room, Hold(), reply_type=Answer).timeout(30)
+            # Only a peer with work outstanding is judged (TRN-17): the held request is that work.
+            with trio.fail_after(15), pytest.raises(zl.ZLinkError) as lost:  # the window is 3 s
+                await held.submit()
+            assert zl.ErrorKind.UNAVAILABLE == lost.value.kind
+            assert caller_mesh.is_up(second.node_rid) is None
+            with pytest.raises(zl.ZLinkError) as caught:
+                await first.route.request_to_spot(room, Ask("lost"), reply_type=Answer).submit()
+            assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+            deaf.clear()
+            with trio.fail_after(15):
+                while caller_mesh.is_up(second.node_rid) is None:  # noqa: ASYNC110  # a clock
+                    await trio.sleep(0.05)
+                await trio.testing.wait_all_tasks_blocked()  # the caller has seen the RouteUp
+                # The route came back without the held request's late reply (which the caller
+                # would hear too); the Room's turn is free for the next call once it is released.
+                Holding.release.set()
+                reply = await first.route.request_to_spot(
+                    room, Ask("back"), reply_type=Answer
+                ).submit()
+            assert second.node_rid.value == reply.node_rid
+        finally:
+            Holding.release.set()  # the owner's host can shut down, whatever happened
 
 
 @pytest.mark.spec("ROUTE-8", "TRN-26", "GLOBAL-12")

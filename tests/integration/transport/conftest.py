@@ -23,12 +23,15 @@ from zlink_trio._integration.transport import (
     open_route_mesh,
 )
 from zlink_trio._wire import OperationId, Reply, Request, Send
+from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId, StableTypeName
 
 NODE = Path(__file__).resolve().parent / "node.py"
 HEARTBEAT = 0.1
 WINDOW = 1.0
 MESH = MeshName("test-mesh")
+BIG = 64 * 1024
+"""A payload size that fills the queues and socket buffers towards a peer in few sends."""
 
 
 def config(rid: str, **overrides: object) -> MeshConfig:
@@ -223,3 +226,37 @@ async def ask(
 
 BLOCK = Send(SpotId("s"), StableTypeName("block"), b"")
 """Makes a child node's application reader wait until it is told ``resume``."""
+
+
+async def outcome(work: Awaitable[object], into: list[ErrorKind | None]) -> None:
+    """Run ``work`` and note how it ended: None when it returned, else its ErrorKind."""
+    try:
+        await work
+    except ZLinkError as error:
+        into.append(error.kind)
+    else:
+        into.append(None)
+
+
+async def fill(mesh: RouteMesh, peer: NodeRid, admitted: list[int] | None = None) -> None:
+    """Send numbered messages of ``BIG`` bytes to ``peer`` until 1,000 were admitted."""
+    for number in range(1_000):  # far more than the queues and socket buffers hold
+        await mesh.send(peer, numbered(number, BIG))
+        if admitted is not None:
+            admitted.append(number)
+
+
+async def until_stuck(mesh: RouteMesh, peer: NodeRid, admitted: list[int]) -> None:
+    """Wait until ``fill`` waits for room and no more sends get through.
+
+    libzmq's I/O thread moves frames into the kernel outside Trio's view, so one moment in
+    which every task is blocked is not enough: a wait can end once the thread drains a buffer.
+    Stuck means waiting, with the admitted count unchanged over five 20 ms checks in a row.
+    """
+    steady = 0
+    last = -1
+    while steady < 5:
+        await trio.sleep(0.02)
+        stuck = mesh.waiting_sends(peer) == 1 and len(admitted) == last
+        steady = steady + 1 if stuck else 0
+        last = len(admitted)

@@ -37,6 +37,7 @@ from zlink_trio._integration.transport import (
 from zlink_trio._integration.transport.links import MeshSockets
 from zlink_trio._integration.transport.socket import OutboundLink
 from zlink_trio._wire import Request, Send
+from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import NodeRid
 
 B = NodeRid("b")
@@ -106,8 +107,8 @@ async def test_links_that_fail_are_logged_once_and_retried_until_the_peer_is_rea
 async def test_links_renewed_after_a_route_loss_that_fail_are_retried(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """b goes silent, so a loses its route and renews its links, which fail: a keeps running,
-    logs b once, and reaches b again after a retry."""
+    """b goes silent while a request of a waits for it, so a loses its route and renews its
+    links, which fail: a keeps running, logs b once, and reaches b again after a retry."""
     caplog.set_level(logging.WARNING, "zlink_trio.transport")
     failing = False
     real = MeshSockets._open_link
@@ -119,13 +120,21 @@ async def test_links_renewed_after_a_route_loss_that_fail_are_retried(
 
     monkeypatch.setattr(MeshSockets, "_open_link", flaky)
     meshes: list[RouteMesh] = []
-    async with node("a") as (a, _), node("b", echo(lambda: meshes[0])) as (b, _):
+    answer = echo(lambda: meshes[0])
+
+    async def handle(origin: PeerRun, message: Send | Request) -> None:
+        if type(message) is Request and message.message_type.value != "hang":
+            await answer(origin, message)
+
+    async with node("a") as (a, _), node("b", handle) as (b, _):
         meshes.append(b)
         await connect(a, b)
         failing = True
         b.remove_peer(a.config.node_rid)  # a hears nothing more from b
-        with trio.fail_after(10):
-            assert isinstance(await a.route_changes.receive(), RouteLost)
+        with trio.fail_after(10), pytest.raises(ZLinkError) as lost:
+            await ask(a, "b", kind="hang", timeout=30)  # watched: a judges b's silence
+        assert ErrorKind.UNAVAILABLE == lost.value.kind
+        assert isinstance(a.route_changes.receive_nowait(), RouteLost)
         assert {B} == a._sockets.waiting
         failing = False
         b.add_peer(a.address)

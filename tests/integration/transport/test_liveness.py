@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Awaitable
 
 import pytest
 import trio
@@ -17,9 +16,12 @@ from tests.integration.transport.conftest import (
     ask,
     config,
     connect,
+    fill,
     node,
     numbered,
+    outcome,
     until,
+    until_stuck,
     until_up,
 )
 from zlink_trio._integration.transport import (
@@ -35,40 +37,6 @@ from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import NodeGeneration, NodeRid, StableTypeName
 
 B = NodeRid("b")
-BIG = 64 * 1024
-
-
-async def outcome(work: Awaitable[object], into: list[ErrorKind | None]) -> None:
-    """Run ``work`` and note how it ended: None when it returned, else its ErrorKind."""
-    try:
-        await work
-    except ZLinkError as error:
-        into.append(error.kind)
-    else:
-        into.append(None)
-
-
-async def fill(mesh: RouteMesh, peer: NodeRid, admitted: list[int] | None = None) -> None:
-    for number in range(1_000):  # far more than the queues and socket buffers hold
-        await mesh.send(peer, numbered(number, BIG))
-        if admitted is not None:
-            admitted.append(number)
-
-
-async def until_stuck(mesh: RouteMesh, peer: NodeRid, admitted: list[int]) -> None:
-    """Wait until ``fill`` waits for room and no more sends get through.
-
-    libzmq's I/O thread moves frames into the kernel outside Trio's view, so one moment in
-    which every task is blocked is not enough: a wait can end once the thread drains a buffer.
-    Stuck means waiting, with the admitted count unchanged over five 20 ms checks in a row.
-    """
-    steady = 0
-    last = -1
-    while steady < 5:
-        await trio.sleep(0.02)
-        stuck = mesh.waiting_sends(peer) == 1 and len(admitted) == last
-        steady = steady + 1 if stuck else 0
-        last = len(admitted)
 
 
 @pytest.mark.spec("TRN-12", "TRN-17")
@@ -252,18 +220,3 @@ async def test_replies_complete_only_their_own_live_request() -> None:
             await until(lambda: a.drops[LATE_REPLY] == 1)
             assert b"ok" == (await ask(a, "b", b"ok")).payload
         assert 0 == a.pending_requests
-
-
-@pytest.mark.spec("TRN-17")
-async def test_an_idle_peer_stays_up_on_heartbeats_alone() -> None:
-    """Two connected nodes that exchange nothing for three liveness windows keep their routes:
-    the heartbeats alone count as hearing from each other, and no route-lost event comes."""
-    async with node("a") as (a, _), node("b") as (b, _):
-        await connect(a, b)
-        run_of_b, run_of_a = a.is_up(B), b.is_up(NodeRid("a"))
-        # The passage of time is the point: three windows with nothing but heartbeats.
-        with trio.move_on_after(3 * WINDOW):
-            event = await a.route_changes.receive()
-            pytest.fail(f"a route changed while both peers were alive: {event}")
-        assert run_of_b == a.is_up(B)
-        assert run_of_a == b.is_up(NodeRid("a"))

@@ -36,6 +36,7 @@ from zlink_trio._wire import (
     Send,
     encode,
 )
+from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid, SpotId, StableTypeName
 
 A = NodeRid("a")
@@ -99,10 +100,10 @@ async def test_a_link_reconnected_while_its_old_connection_is_held_is_served() -
 
 @pytest.mark.spec("TRN-28")
 async def test_links_made_anew_after_a_route_loss_are_opened_by_their_hello(spawn: Spawn) -> None:
-    """b (a process, with a long liveness window of its own) is stopped until a loses it; a makes
-    its links to b anew, with new routing ids. Continued, b is heard again, and requests both
-    ways go over a's new links (a's requests on the application link, the replies to b's on the
-    completion link) and are answered."""
+    """b (a process, with a long liveness window of its own) is stopped while a request of a
+    waits for it, until a loses it; a makes its links to b anew, with new routing ids.
+    Continued, b is heard again, and requests both ways go over a's new links (a's requests on
+    the application link, the replies to b's on the completion link) and are answered."""
     meshes: list[RouteMesh] = []
     child = await spawn("b", "--window", "30")
     async with node("a", echo(lambda: meshes[0])) as (a, _):
@@ -111,9 +112,10 @@ async def test_links_made_anew_after_a_route_loss_are_opened_by_their_hello(spaw
         run = a.is_up(B)
         os.kill(child.process.pid, signal.SIGSTOP)
         try:
-            with trio.fail_after(10):
-                while type(change := await a.route_changes.receive()) is not RouteLost:
-                    pass
+            with trio.fail_after(10), pytest.raises(ZLinkError) as lost:
+                await ask(a, "b", kind="hang", timeout=30)  # watched: b's silence is judged
+            assert ErrorKind.UNAVAILABLE == lost.value.kind
+            change = a.route_changes.receive_nowait()
         finally:
             os.kill(child.process.pid, signal.SIGCONT)
         assert isinstance(change, RouteLost)

@@ -67,8 +67,11 @@ async def test_close_ends_waiting_work_and_nothing_is_sent_after_it() -> None:
             assert ErrorKind.SHUTTING_DOWN == await kind_of(_reply(a, b, error))
 
             inbox.hold.set()
+            # b watches a while its request waits, so a's silence is judged: nothing at all is
+            # sent after close, not even an answer to b's Heartbeats (TRN-17).
+            assert ErrorKind.UNAVAILABLE == await kind_of(ask(b, "a", kind="hang", timeout=30))
             while not isinstance(await b.route_changes.receive(), RouteLost):
-                pass  # a goes silent: nothing at all is sent after close
+                pass
         received = [
             int.from_bytes(m.payload[:8], "big") for _, m in inbox.messages if type(m) is Send
         ]

@@ -10,7 +10,8 @@ appears in this surface.
 - ``mesh``: the RouteMesh: peers, admission, requests, route changes, shutdown.
 - ``links``: the mesh's sockets: the bound ROUTERs and the DEALER pair of each peer.
 - ``inbound``: handshake, judging and dropping of what arrives on a bound ROUTER.
-- ``liveness``: routes to peer runs, heard / lost.
+- ``liveness`` / ``heartbeats``: routes to peer runs, heard / lost; which peers are watched, and
+  the Heartbeats sent to them and answered.
 - ``pending``: the pending-reply table.
 - ``retries`` / ``capacity``: peers whose links failed, tried again; the socket limit from
   ``max_peers``, the sockets and files a mesh holds, the open-file check at start.

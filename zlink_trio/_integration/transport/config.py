@@ -68,9 +68,10 @@ class MeshConfig:
     receive_hwm: int = attrs.field(default=1000, validator=_count)
     """Messages the application ROUTER queues per peer before that peer's sends wait."""
     heartbeat_interval: float = attrs.field(default=1.0, validator=_positive)
-    """Seconds between heartbeats to every peer; also how often liveness is judged."""
+    """How often liveness is judged, and Heartbeats sent to the peers this node has outstanding
+    work with (TRN-17); an idle peer is sent none."""
     liveness_window: float = attrs.field(default=3.0, validator=_positive)
-    """Seconds of silence after which a peer's route is lost (TRN-14)."""
+    """Seconds of silence after which a peer with outstanding work is lost (TRN-17)."""
     max_frame_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=_count)
     """Largest frame accepted; a larger one is counted and dropped (TRN-18)."""
     linger: float = attrs.field(default=0.5, validator=_positive)

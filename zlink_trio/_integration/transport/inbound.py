@@ -61,6 +61,8 @@ Deliver = Callable[[PeerRun, Delivered], Awaitable[None]]
 Settle = Callable[[Reply | ErrorReply], None]
 Opened = Callable[[NodeRid, NodeGeneration], "PeerRun | None"]
 """The mesh's answer to a Hello that passed: the run now current, or None when it is stale."""
+Answer = Callable[[PeerRun], None]
+"""Answers a Heartbeat of a route's current run (heartbeats.py Rule 2)."""
 
 
 class _Connection:
@@ -86,11 +88,13 @@ class InboundConnections:
         traffic: Traffic,
         routes: Mapping[NodeRid, Route],
         opened: Opened,
+        answer: Answer,
         deliver: Deliver | None = None,
         settle: Settle | None = None,
     ) -> None:
         """``routes``: the mesh's routes by node RID, read to serve only a route's current run
-        and marked heard for each message of it. ``deliver`` (awaited, for :meth:`receive`) or
+        and marked heard for each message of it; ``answer`` is called for each Heartbeat of a
+        current run. ``deliver`` (awaited, for :meth:`receive`) or
         ``settle`` (called, for :meth:`receive_now`) takes each accepted message."""
         self._role = role
         self._mesh = mesh
@@ -99,6 +103,8 @@ class InboundConnections:
         self._max_frame = max_frame_bytes
         self._drops = drops
         self._received = traffic.received
+        self._heartbeats = traffic.heartbeats_received
+        self._answer = answer
         self._routes = routes
         self._opened = opened
         self._deliver = deliver
@@ -163,9 +169,11 @@ class InboundConnections:
             route.heard = True
             return run, verdict  # type: ignore[return-value]  # checked just above
         if kind is Heartbeat:
+            self._heartbeats[run.node_rid] += 1
             route = self._routes.get(run.node_rid)
             if route is not None and route.run is run:
                 route.heard = True
+                self._answer(run)
         elif type(verdict) is Refused:
             self._drop(identity, verdict.reason.value, verdict.detail)
         else:  # PeerOpened / PeerRestarted: a Hello again on an open connection

@@ -1,5 +1,5 @@
 """The RouteMesh's ZeroMQ sockets: its two bound ROUTERs and a DEALER pair per peer (TRN-1,
-TRN-2, TRN-5..7, TRN-9, TRN-17, TRN-18, TRN-24, TRN-28, SEC-7).
+TRN-2, TRN-5..7, TRN-9, TRN-18, TRN-24, TRN-28, SEC-7).
 
 :class:`MeshSockets` makes, configures, starts and closes every socket of one RouteMesh; no other
 module of the mesh creates a socket or sets a socket option. The mesh (``mesh.py``) decides when
@@ -64,13 +64,12 @@ from zlink_trio._integration.transport.retries import ConnectRetries
 from zlink_trio._integration.transport.routes import link_identity
 from zlink_trio._integration.transport.security import ZapHandler, curve_public
 from zlink_trio._integration.transport.socket import OutboundLink, read_messages, read_replies
-from zlink_trio._wire import PROTOCOL_VERSION, ConnectionRole, Heartbeat, Hello, encode
+from zlink_trio._wire import PROTOCOL_VERSION, ConnectionRole, Hello, encode
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import NodeRid
 
 __all__ = ["MeshSockets", "PeerLinks"]
 
-_HEARTBEAT: Final = encode(Heartbeat())
 _UNAVAILABLE: Final = ErrorKind.UNAVAILABLE
 _BAD_ENDPOINT: Final = frozenset({errno.EINVAL, zmq.EPROTONOSUPPORT, zmq.ENOCOMPATPROTO})
 """What libzmq says of an endpoint it will never connect (not worth a retry)."""
@@ -251,12 +250,6 @@ class MeshSockets:
                 f"a frame of {largest} bytes is over the frame limit of {limit} bytes",
             )
         return frames
-
-    def send_heartbeats(self) -> None:
-        """Queue a Heartbeat on both links of every peer, where there is room now (TRN-17)."""
-        for links in list(self._links.values()):
-            links.application.try_send(_HEARTBEAT)  # skipped at the HWM: the other one goes
-            links.completion.try_send(_HEARTBEAT)
 
     def close_routers(self) -> None:
         """Close both ROUTERs and the ZAP handler; their readers return (call once the links

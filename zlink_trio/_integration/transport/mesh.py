@@ -5,7 +5,7 @@ What the runtime calls (no zmq type crosses this surface; callers pass and recei
 messages, ids, bytes and ``ZLinkError``):
 
 - ``async with open_route_mesh(config, on_message) as mesh``: binds, connects ``config.peers``,
-  runs the readers and the heartbeat; leaving the block closes everything. ``add_peer`` and
+  runs the readers and the liveness watch; leaving the block closes everything. ``add_peer`` and
   ``remove_peer`` change the peer list at runtime.
 - ``send`` completes at admission into the local queue (TRN-10), ``request`` gives the ``Reply``
   or ``ZLinkError`` (TRN-14), ``reply`` answers on the completion connection; ``on_message`` is
@@ -41,6 +41,7 @@ from typing import Final, cast
 import trio
 
 from zlink_trio._integration.transport.config import MeshConfig, PeerAddress
+from zlink_trio._integration.transport.heartbeats import Heartbeats
 from zlink_trio._integration.transport.inbound import Deliver, InboundConnections
 from zlink_trio._integration.transport.links import MeshSockets
 from zlink_trio._integration.transport.liveness import Opening, Route, Verdict
@@ -91,6 +92,9 @@ class RouteMesh:
         self._send_changes, self.route_changes = trio.open_memory_channel[RouteChange](math.inf)
         self._sockets = MeshSockets(config, self.drops)  # binds the ROUTERs
         self._links = self._sockets.links  # read here; changed through self._sockets only
+        self._heartbeats = Heartbeats(
+            config, self._routes, self._links, self._pending, self.traffic
+        )
         self.application_endpoint: str = self._sockets.application_endpoint
         """The endpoint peers connect to for this node's application connection."""
         self.completion_endpoint: str = self._sockets.completion_endpoint
@@ -104,6 +108,7 @@ class RouteMesh:
             "traffic": self.traffic,
             "routes": self._routes,
             "opened": self._opened,
+            "answer": self._heartbeats.answer,
         }
         self._application_inbound = InboundConnections(
             role=ConnectionRole.APPLICATION,
@@ -320,14 +325,12 @@ class RouteMesh:
                 task_status.started()
 
     async def _keep_alive(self) -> None:
+        # Heartbeats go only where work is outstanding (heartbeats.py): an idle mesh wakes here
+        # once per interval and sends nothing.
         interval = self.config.heartbeat_interval
-        window = self.config.liveness_window
         while True:
             await trio.sleep(interval)
-            self._sockets.send_heartbeats()
-            now = trio.current_time()
-            for route in list(self._routes.values()):
-                verdict = route.tick(now, window)
+            for route, verdict in self._heartbeats.tick(trio.current_time()):
                 if verdict is Verdict.LOST:
                     self._lose(route, "silent for longer than the liveness window")
                 elif verdict is Verdict.UP and route.run is not None and not self._closed:

@@ -1,4 +1,5 @@
-"""The pending-reply table: one entry per request waiting for its reply (TRN-12, TRN-16, TRN-23).
+"""The pending-reply table: one entry per request waiting for its reply (TRN-12, TRN-16, TRN-17,
+TRN-23).
 
 Theory of operation (seed 002 §10). A request's entry is registered under a fresh ReplyRouteId
 *before* its frames are submitted, so a reply can never arrive ahead of its entry. Every path that
@@ -35,6 +36,7 @@ import trio
 from zlink_trio._integration.transport.routes import PeerRun
 from zlink_trio._wire import ErrorReply, Reply
 from zlink_trio.errors import ErrorKind, ZLinkError
+from zlink_trio.ids import NodeRid
 
 __all__ = ["TIMED_OUT", "PendingReplies", "PendingReply"]
 
@@ -120,6 +122,11 @@ class PendingReplies:
             for route in due:
                 entries.pop(route).settle(TIMED_OUT)
             self._next_expiry = min((e.deadline for e in entries.values()), default=math.inf)
+
+    def peers(self) -> set[NodeRid]:
+        """The peer nodes that a request waits for a reply from now (read once per heartbeat
+        interval, so the request path keeps no count of its own)."""
+        return {entry.run.node_rid for entry in self._entries.values()}
 
     def claim(self, route: int, entry: PendingReply) -> bool:
         """Take ``entry`` out for its own caller (timeout, cancellation); False if settled."""
