@@ -754,6 +754,24 @@ async def test_a_renewal_is_quiet_and_an_urgent_change_is_not(
 
 
 @pytest.mark.spec("MESH-14")
+async def test_each_write_reads_the_load_from_its_source(stores: Stores, mesh: MeshName) -> None:
+    """With ``load_from``, the load a renewal publishes is the source's value when it is written:
+    no ``update`` in between."""
+    a = Membership(stores.location, mesh, node("a"), lease=5.0, renew_every=0.1)
+    loads = iter(range(10, 1000))
+    a.load_from(lambda: next(loads))
+    async with trio.open_nursery() as nursery:
+        await start(nursery, a)
+        with trio.fail_after(10):
+            await a._own._landed.wait()
+        found = await stores.location.read(key_of(mesh, "a"))
+        assert isinstance(found, Found)
+        published = NodeRecord.decode(found.value).load
+        assert 10 < published == a.record.load  # the first write read 10, a renewal read more
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.spec("MESH-14")
 async def test_a_change_before_the_first_write_costs_no_second_write(
     stores: Stores, mesh: MeshName
 ) -> None:

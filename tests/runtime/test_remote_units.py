@@ -118,7 +118,7 @@ class Membership:
     def __init__(self) -> None:
         self.known: dict[NodeRid, NodeRecord] = {}
         self.send_events, self.events = trio.open_memory_channel[Any](math.inf)
-        self.loads: list[int] = []
+        self.load_source: Any = None
 
     def peers(self) -> dict[NodeRid, NodeRecord]:
         return self.known
@@ -126,8 +126,8 @@ class Membership:
     def subscribe(self) -> trio.MemoryReceiveChannel[Any]:
         return self.events
 
-    def update(self, *, load: int) -> None:
-        self.loads.append(load)
+    def load_from(self, source: Any) -> None:
+        self.load_source = source
 
 
 class Mesh:
@@ -662,17 +662,15 @@ async def test_store_hints_make_the_cache_forget_the_keys_they_name(running: Sce
     assert 3 == await reads_after(Resync())
 
 
-async def test_the_load_is_reported_every_second(
-    scene: Scene, autojump_clock: trio.testing.MockClock
-) -> None:
-    scene.load = 4
+async def test_the_load_is_read_from_the_host_when_the_record_is_written(scene: Scene) -> None:
+    """Remote gives membership the host's load as a source read at each write (MESH-14)."""
     async with trio.open_nursery() as nursery:
         await nursery.start(scene.remote.run)
-        await trio.sleep(0.5)
+        scene.load = 4
+        assert 4 == scene.membership.load_source()
         scene.load = 9
-        await trio.sleep(1.0)
+        assert 9 == scene.membership.load_source()
         nursery.cancel_scope.cancel()
-    assert [4, 9] == scene.membership.loads
 
 
 @pytest.mark.spec("GLOBAL-13")

@@ -123,7 +123,8 @@ class Lender:
     def returned(self, connection: Any) -> None:
         """A call ended well on ``connection``: it goes idle and the call's permit is free."""
         self._idle.append((connection, trio.current_time()))
-        self._idled.set()
+        if self._aged():  # else nothing may close: no wake-up of the trimmer per call
+            self._idled.set()
         self.unlend()
 
     def unlend(self) -> None:

@@ -33,7 +33,7 @@ not grow with the square of its size (MESH-25).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -107,6 +107,8 @@ class NodeLease:
         """The revision that the last successful write carried."""
         self._landed = trio.Event()
         """Set, and replaced, at each successful write."""
+        self._load: Callable[[], int] | None = None
+        """Where each write reads the load it publishes (``load_from``), if anywhere."""
 
     @property
     def record(self) -> NodeRecord:
@@ -122,6 +124,10 @@ class NodeLease:
         if urgent:
             self._revision += 1
             self._prompt.set()
+
+    def load_from(self, source: Callable[[], int]) -> None:
+        """Read the load from ``source`` at each write (a load alone is not urgent: Rule 6)."""
+        self._load = source
 
     async def published(self) -> None:
         """Return once a write carried every urgent change revised so far (Rule 5)."""
@@ -141,6 +147,8 @@ class NodeLease:
         """Write the own record (Rule 2, Rule 3); a success moves the fence (Rule 4)."""
         key = self._key
         for _ in range(_WRITE_ROUNDS):
+            if self._load is not None:
+                self.revise({"load": self._load()})
             record, revision = self._record, self._revision
             condition = IfMissing(key) if self._version is None else IfVersion(key, self._version)
             # A renewal that carries no urgent change is quiet (Rule 6).

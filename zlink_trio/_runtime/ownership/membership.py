@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -206,6 +206,11 @@ class Membership:
             if value is not None
         }
         self._own.revise(changes)
+
+    def load_from(self, source: Callable[[], int]) -> None:
+        """Read the load to publish from ``source`` at each write of the record (MESH-14): the
+        renewal carries the load of that moment, and nothing wakes in between to ask."""
+        self._own.load_from(source)
 
     async def published(self) -> None:
         """Return once the store holds every change ``update`` made so far but the load."""

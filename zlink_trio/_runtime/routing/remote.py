@@ -301,7 +301,7 @@ class Remote:
             nursery.start_soon(self._follow_peers, mesh)
             nursery.start_soon(self._follow_routes, mesh)
             nursery.start_soon(self._follow_store)
-            nursery.start_soon(self._report_load)
+            self._membership.load_from(self._load)  # read at each renewal (MESH-14)
             nursery.start_soon(self._sweep_loop)
             task_status.started()
 
@@ -393,8 +393,3 @@ class Remote:
         if spot or key.startswith("actor/"):
             id_ = SpotId(key[len(self._spot_prefix) :]) if spot else ActorId(key[len("actor/") :])
             self.forget(id_, flush=True)
-
-    async def _report_load(self) -> None:
-        while True:
-            self._membership.update(load=self._load())
-            await trio.sleep(1.0)
