@@ -19,6 +19,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.integration.store.test_location_batch_units import changed_until
 from zlink_trio._integration.store import (
     Applied,
     Batch,
@@ -711,18 +712,6 @@ async def test_update_writes_state_at_once_and_load_with_the_next_renewal(
         nursery.cancel_scope.cancel()
 
 
-async def hinted_until(feed: ChangeSubscription, witness: str, prefix: str) -> set[str]:
-    """Every key under ``prefix`` hinted until (and with) the event that names ``witness``."""
-    seen: set[str] = set()
-    with trio.fail_after(10):
-        async for event in feed:
-            if isinstance(event, Changed):
-                seen |= {key for key in event.keys if key.startswith(prefix)}
-                if witness in event.keys:
-                    return seen
-    raise AssertionError("the feed ended")
-
-
 @pytest.mark.spec("MESH-25")
 async def test_a_renewal_is_quiet_and_an_urgent_change_is_not(
     stores: Stores, mesh: MeshName
@@ -735,7 +724,7 @@ async def test_a_renewal_is_quiet_and_an_urgent_change_is_not(
         await start(nursery, a)
         with stores.location.changes() as feed:
             await put(stores, prefix + "before", b"1", None)
-            await hinted_until(feed, prefix + "before", prefix)
+            await changed_until(feed, prefix + "before", prefix)
             first = await stores.location.read(key)
             with trio.fail_after(10):
                 await a._own._landed.wait()
@@ -747,9 +736,9 @@ async def test_a_renewal_is_quiet_and_an_urgent_change_is_not(
             assert renewed.version > first.version
             assert 3 == NodeRecord.decode(renewed.value).load
             await put(stores, prefix + "after", b"2", None)
-            assert {prefix + "after"} == await hinted_until(feed, prefix + "after", prefix)
+            assert {prefix + "after"} == await changed_until(feed, prefix + "after", prefix)
             a.update(state=DRAINING)
-            assert {key} == await hinted_until(feed, key, prefix)
+            assert {key} == await changed_until(feed, key, prefix)
         nursery.cancel_scope.cancel()
 
 
