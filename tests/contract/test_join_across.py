@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from zlink_trio._runtime.host import relocation
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -318,14 +319,23 @@ class SlowLobby(zl.Spot):
 
 @pytest.mark.spec("ACT-27", "RELOC-61")
 async def test_a_host_relocating_while_a_join_moves_an_actor_lets_the_join_move_it(
-    store_dsn: str,
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The source relocates while its Purse's join to the other host's SlowLobby waits for
-    ``on_actor_join``: the relocation waits for the join instead of refusing the sealed Actor,
-    the join moves it, and the relocation ends RELOCATED."""
+    ``on_actor_join``: the relocation reaches the Actor's move then, waits for the join
+    instead of refusing the sealed Actor, the join moves it, and the relocation ends
+    RELOCATED."""
     global asked, answer_now
     _reset()
     asked, answer_now = trio.Event(), trio.Event()
+    moving = trio.Event()
+    move_actor = relocation.move_actor
+
+    async def entered(*args: Any) -> zl.RelocationReason | None:
+        moving.set()
+        return await move_actor(*args)
+
+    monkeypatch.setattr(relocation, "move_actor", entered)
     async with _two_hosts(store_dsn) as (source, target):
         await target.spots.get_or_create("slow", "ajoin.SlowLobby").submit()
         await source.actors.create("p-4", "ajoin.Purse").submit()
@@ -340,6 +350,7 @@ async def test_a_host_relocating_while_a_join_moves_an_actor_lets_the_join_move_
                     results.append(await source.host.relocate(deadline=15.0))
 
                 nursery.start_soon(relocate)
+                await moving.wait()
                 await trio.testing.wait_all_tasks_blocked()
                 answer_now.set()
             await settled.wait()
@@ -350,3 +361,31 @@ async def test_a_host_relocating_while_a_join_moves_an_actor_lets_the_join_move_
             ran_on,
             value_then,
         )
+
+
+@pytest.mark.spec("ACT-27")
+async def test_a_join_that_moved_the_actor_leaves_it_forwarding_when_it_returns(
+    store_dsn: str,
+) -> None:
+    """The moment the join's move returns to the Actor's lane (the relay still to come), the
+    Actor already forwards what reaches it: a relocation that looks at it next sees it on its
+    way out rather than sealed by another move, which it would refuse (``STATE_INCOMPATIBLE``)."""
+    _reset()
+    async with _two_hosts(store_dsn) as (source, target):
+        catalog = source.host._tree.actors  # type: ignore[union-attr]
+        join_elsewhere = catalog.join_elsewhere
+        forwarding: list[bool] = []
+
+        async def watched(actor: Any, *args: Any) -> zl.ActorJoinCompletion | None:
+            completion = await join_elsewhere(actor, *args)
+            if completion is None:  # it moved: no checkpoint between the return and this look
+                forwarding.append(actor.hold is not None and actor.hold.forward is not None)
+            return completion
+
+        catalog.join_elsewhere = watched
+        await source.actors.create("p-5", "ajoin.Purse").submit()
+        await source.route.send_to_actor("p-5", Join(("lobby",))).submit()
+        with trio.fail_after(10):
+            await settled.wait()
+        assert [True] == forwarding
+        assert target.node_rid.value == completed[0][1]

@@ -75,6 +75,9 @@ from zlink_trio.options import RelocationReason, SpotFactoryMode
 __all__ = ["MoveTimes", "move_actor", "move_spot", "move_to_join"]
 
 _log = logging.getLogger("zlink_trio.runtime.relocation")
+_times = logging.getLogger("zlink_trio.runtime.relocation.times")
+"""Each completed move's ``MoveTimes`` at DEBUG: a bench turns this on without the rest of the
+relocation's log, whose records would otherwise be made (and slow the moves it measures)."""
 
 
 @attrs.frozen
@@ -349,14 +352,14 @@ async def _move(
     )
     committed = trio.current_time()
     commit = RelocateCommit(handed[0].version, members)
-    if relaying is not None:
-        relaying.start_soon(_hand_over, remote, moved, units, target, commit)
+    if relaying is not None:  # returns once the units forward what reaches them (detached)
+        await relaying.start(_hand_over, remote, moved, units, target, commit)
         return None
     opened = await _hand_over(remote, moved, units, target, commit)
-    if _log.isEnabledFor(logging.DEBUG):
+    if _times.isEnabledFor(logging.DEBUG):
         size = sum(0 if payload is None else len(payload) for payload in payloads)
         times = MoveTimes(unit_id.value, size, sealing, sealed_at, prepared, committed, opened)
-        _log.debug("%s", times)
+        _times.debug("%s", times)
     return None
 
 
@@ -367,10 +370,18 @@ def _abort(units: list[_Unit]) -> None:
 
 
 async def _hand_over(
-    remote: Remote, moved: Moved, units: list[_Unit], target: NodeRecord, commit: RelocateCommit
+    remote: Remote,
+    moved: Moved,
+    units: list[_Unit],
+    target: NodeRecord,
+    commit: RelocateCommit,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> float:
     """Rule 3: commit on the target, relay what stayed here, open there, close here; returns
-    when the target was told to open (Trio's clock)."""
+    when the target was told to open (Trio's clock). Reports started once every unit forwards
+    what reaches it, before its first wait: a join's move returns then, so a relocation that
+    looks at the Actor next finds it on its way out, not sealed by someone else."""
     opened: list[float] = []
     primary = units[0]
     node = primary.node
@@ -389,6 +400,7 @@ async def _hand_over(
     for unit in units:
         # It stays registered, forwarding what reaches it, until the target opens it.
         unit.sealed.detach(to_relay(unit), closing=False)
+    task_status.started()
 
     async def relay_to(unit: _Unit, envelopes: list[Envelope], replies: trio.Nursery) -> None:
         instance, to = unit.instance_type, target.rid
