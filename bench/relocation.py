@@ -353,7 +353,7 @@ async def fill(host: zl.Host, kind: str, prefix: str, count: int, size: int) -> 
 
 async def host_process(dsn: str, mesh: str, security: str) -> None:
     moves = MoveLog()
-    logger = logging.getLogger("zlink_trio.runtime.relocation")
+    logger = logging.getLogger("zlink_trio.runtime.relocation.times")
     logger.setLevel(logging.DEBUG)
     logger.addHandler(moves)
     warnings = logging.StreamHandler(sys.stderr)

@@ -63,8 +63,8 @@ UPDATE_DEADLINE = 60.0
 
 class MoveLog(logging.Handler):
     """The moves of this host's relocation, from the runtime's ``MoveTimes`` (logged at DEBUG on
-    ``zlink_trio.runtime.relocation``, one a unit moved with its members); other records of
-    that logger at WARNING or above go on to stderr."""
+    ``zlink_trio.runtime.relocation.times``, which propagates here, one a unit moved with its
+    members); other records of this logger at WARNING or above go on to stderr."""
 
     LOGGER = "zlink_trio.runtime.relocation"
 

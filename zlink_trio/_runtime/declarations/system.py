@@ -25,6 +25,7 @@ __all__ = [
     "Flush",
     "RelocateAbort",
     "RelocateAnswer",
+    "RelocateBegin",
     "RelocateChunk",
     "RelocateCommit",
     "RelocateIn",
@@ -79,6 +80,13 @@ class RelocateIn:
     payload: bytes | None = None
     """The whole adapter payload, when it is one chunk and fits in this message with the rest
     (``chunks`` is then 1 and no ``RelocateChunk`` follows): one round trip less (RELOC-71)."""
+
+
+@attrs.frozen
+class RelocateBegin:
+    """The source relocates to this host: answered once this host's view of the source's node
+    record says ``relocating`` (or after a short bound), before the source seals anything
+    (host/relocation.py Rule 6, RELOC-74)."""
 
 
 @attrs.frozen
@@ -141,6 +149,7 @@ RELOCATE_CHUNK = StableTypeName("zlink.RelocateChunk")
 RELOCATE_COMMIT = StableTypeName("zlink.RelocateCommit")
 RELOCATE = frozenset(
     {
+        "zlink.RelocateBegin",
         "zlink.RelocateIn",
         "zlink.RelocateChunk",
         "zlink.RelocateCommit",
@@ -153,6 +162,7 @@ RELOCATE = frozenset(
 SYSTEM_MESSAGES: tuple[tuple[StableTypeName, type], ...] = (
     (CLOSE_SPOT, CloseSpot),
     (StableTypeName("zlink.SpotClosed"), SpotClosed),
+    (StableTypeName("zlink.RelocateBegin"), RelocateBegin),
     (StableTypeName("zlink.RelocateIn"), RelocateIn),
     (StableTypeName("zlink.RelocateChunk"), RelocateChunk),
     (StableTypeName("zlink.RelocateCommit"), RelocateCommit),

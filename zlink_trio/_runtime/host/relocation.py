@@ -28,10 +28,11 @@ blocked relocation shuts the host down, and a host that was RELOCATING serves ag
 SHUT-3.11).
 Rule 6: with a target found, the host becomes RELOCATING and moves its Spots, each User Spot
 with its member Actors, then the Actors of the Entry Spot (host/moving.py), ``MOVES_AT_ONCE``
-at a time, once its node record says RELOCATING (or the deadline came); the first that stays
-here ends the operation with its reason once the moves under way have ended, what moved stays
-moved and the host serves again (SHUT-3.10). A target must serve every type to move (its node
-record lists the Spot and Actor types it serves).
+at a time, once its node record says RELOCATING (or the deadline came) and the target has
+answered ``zlink.RelocateBegin``, which it does once it sees that record (RELOC-74); the first
+that stays here ends the operation with its reason once the moves under way have ended, what
+moved stays moved and the host serves again (SHUT-3.10). A target must serve every type to move
+(its node record lists the Spot and Actor types it serves).
 """
 
 from __future__ import annotations
@@ -46,16 +47,19 @@ import trio
 
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
+from zlink_trio._runtime.declarations.system import RelocateAnswer, RelocateBegin
 from zlink_trio._runtime.host.moving import move_actor, move_spot
 from zlink_trio._runtime.host.status import StatusBoard
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import RELOCATED, RELOCATING, SERVING, NodeRecord
 from zlink_trio._runtime.routing.follow import Moved
+from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._wire.versions import parse_application_version
+from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import SpotKind, StableTypeName
 from zlink_trio.options import (
     HostStatus,
@@ -240,6 +244,7 @@ class Relocator:
             # the first commits do not share the store with that write (Rule 6).
             with trio.move_on_at(deadline):
                 await self.membership.published()
+        await self._greet(target, deadline)
         stayed: list[RelocationReason] = []
         room = trio.Semaphore(MOVES_AT_ONCE)
 
@@ -276,6 +281,28 @@ class Relocator:
         if stayed:
             return stayed[0]
         return await self._relocate_nothing(deadline)
+
+    async def _greet(self, target: NodeRecord, deadline: float) -> None:
+        """Rule 6: ``zlink.RelocateBegin`` before the first seal, answered once the target has
+        taken in this host's RELOCATING record (RELOC-74), so its store read does not run
+        inside the first unit's interruption. A failure is logged: the first move meets it."""
+        remote = self.remote
+        assert remote is not None
+        spots, actors = self._spots_to_move(), self._actors_to_move()
+        left = min(deadline - trio.current_time(), self._node.config.request_timeout)
+        if not (spots or actors) or left <= 0:
+            return
+        about = spots[0].spot_id if spots else actors[0].actor_id
+        at = self._node.clock.now() + left
+        try:
+            answer = await remote.request(
+                Owner(target.rid), about, RelocateBegin(), RelocateAnswer, {}, None, at
+            )
+        except ZLinkError as error:
+            _log.info("%s did not answer the start of this relocation: %s", target.rid, error)
+            return
+        if isinstance(answer, RelocateAnswer) and not answer.ok:
+            _log.info("%s answered the start of this relocation: %s", target.rid, answer.why)
 
     def _actors_to_move(self) -> list[ActorActivation]:
         """Every Ready Actor of the Entry Spot or of a PER_ACTOR Spot (whose shell moved before

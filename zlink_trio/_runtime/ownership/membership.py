@@ -34,7 +34,13 @@ from zlink_trio._integration.store import (
 )
 from zlink_trio._runtime.ownership.fence import Fence, fence_margin
 from zlink_trio._runtime.ownership.lease import NodeLease
-from zlink_trio._runtime.ownership.node_record import NodeRecord, PeerEvent, decode_or_none
+from zlink_trio._runtime.ownership.node_record import (
+    NodeRecord,
+    PeerChanged,
+    PeerEvent,
+    PeerUp,
+    decode_or_none,
+)
 from zlink_trio._runtime.ownership.peer_watch import PeerWatch
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
@@ -167,6 +173,16 @@ class Membership:
         change as it is observed. It ends when the membership ends, or when the subscriber falls
         ``MAX_QUEUED_EVENTS`` behind (subscribe again for a fresh snapshot)."""
         return self._watch.subscribe()
+
+    async def sees_state(self, rid: NodeRid, state: str) -> None:
+        """Return once this node's view of peer ``rid`` says ``state`` (at once if it does
+        now), or when the view of peers ends; the caller bounds the wait."""
+        events = self._watch.subscribe()
+        async with events:
+            async for event in events:
+                record = event.record if isinstance(event, PeerUp | PeerChanged) else None
+                if record is not None and record.rid == rid and record.state == state:
+                    return
 
     async def is_live(self, rid: NodeRid, generation: NodeGeneration) -> bool:
         """Whether the store holds a live record of exactly this run, read now (not the cache).

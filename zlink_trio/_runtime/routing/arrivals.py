@@ -7,7 +7,10 @@ unit on the target, read together with the store's word that settles it when the
 silent (Rule 6); split, each half would need the other's private state.
 
 Rule 1: a move arrives as the framework's requests from the source, in order on the source's
-connection: ``zlink.RelocateIn`` (the unit and its timers), one ``zlink.RelocateChunk`` per
+connection. A host relocation first sends ``zlink.RelocateBegin``, answered once this host's
+view of the source's node record says ``relocating`` (at most ``BEGIN_WAIT``), so this host has
+taken in that change before any unit of the source is sealed (RELOC-74); then each unit comes
+as ``zlink.RelocateIn`` (the unit and its timers), one ``zlink.RelocateChunk`` per
 payload chunk when the type has an adapter (taken by the reader itself, in order), then
 ``zlink.RelocateCommit`` or ``zlink.RelocateAbort``, and after a commit ``zlink.RelocateOpen``.
 Each is answered with ``zlink.RelocateAnswer``.
@@ -66,12 +69,14 @@ from zlink_trio._runtime.declarations.relocation import AdapterFailure
 from zlink_trio._runtime.declarations.system import (
     RelocateAbort,
     RelocateAnswer,
+    RelocateBegin,
     RelocateChunk,
     RelocateCommit,
     RelocateIn,
     RelocateOpen,
 )
 from zlink_trio._runtime.ownership.authority import READY, Claim, SpotRecord
+from zlink_trio._runtime.ownership.node_record import RELOCATING
 from zlink_trio._runtime.routing.forward import relay
 from zlink_trio._runtime.routing.joins_in import JoinAccepted, ask_join
 from zlink_trio._runtime.routing.messaging import Messaging
@@ -91,6 +96,8 @@ RESTORE_ATTEMPTS = 3
 """How many times the target restores a unit whose adapter's restore raised (Rule 2)."""
 RESTORE_PAUSE = 0.05
 """Seconds before the second restore attempt; each later one waits that much longer."""
+BEGIN_WAIT = 0.1
+"""Seconds a ``RelocateBegin`` waits at most for this host to see the source relocating."""
 
 _log = logging.getLogger("zlink_trio.runtime.relocation")
 
@@ -146,6 +153,10 @@ class Arrivals:
     ) -> RelocateAnswer:
         """Answer one of the move's requests from ``source`` for ``target`` (Rule 1)."""
         self._node.check_admitting()
+        if isinstance(message, RelocateBegin):  # Rule 1: settled before the first seal
+            with trio.move_on_after(BEGIN_WAIT):
+                await self._remote.sees_state(source, RELOCATING)
+            return RelocateAnswer(True)
         if isinstance(message, RelocateIn):
             self.drop(target)
             if self._node.placing is not None:  # a relocating host takes nothing (RELOC-44)

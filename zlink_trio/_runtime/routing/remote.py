@@ -141,6 +141,10 @@ class Remote:
         """The node record of ``rid`` while it is a live member of the mesh, else ``None``."""
         return self._membership.peers().get(rid)
 
+    async def sees_state(self, rid: NodeRid, state: str) -> None:
+        """Return once this host's view of peer ``rid`` says ``state`` (Membership)."""
+        await self._membership.sees_state(rid, state)
+
     async def _route_ready(self, owner: NodeRid, deadline: float) -> RouteMesh:
         """The transport once its route to ``owner`` is up. A call waits for it until its
         deadline (requests) or without a bound (sends), and in every case ends when shutdown

@@ -1,0 +1,130 @@
+"""The start of a host relocation: the target takes in the source's RELOCATING record before
+the first unit is sealed (specs/relocation.md RELOC-74, host/relocation.py Rule 6,
+routing/arrivals.py Rule 1).
+
+Each test holds the target's re-read of the source's node record (its peer watch) and records,
+on the target, which of the move's requests arrived and when its view first said the source
+was relocating."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+
+import zlink_trio as zl
+from tests.contract.test_spot_move import Add, _meet, app
+from zlink_trio._runtime.ownership.node_record import RELOCATING, PeerChanged
+from zlink_trio._runtime.routing.arrivals import BEGIN_WAIT
+from zlink_trio.testing import TestHost, open_test_host, open_test_stores
+
+REQUEST_TIMEOUT = 5.0
+
+
+def _hold_view(target: TestHost, source: TestHost, release: trio.Event) -> None:
+    """The target's peer watch re-reads the source's record only once ``release`` is set."""
+    watch = target.host._tree.membership._watch  # type: ignore[union-attr]
+    refresh: Callable[[str], Awaitable[None]] = watch._refresh_key
+
+    async def held(key: str) -> None:
+        if key.endswith(source.node_rid.value):
+            await release.wait()
+        await refresh(key)
+
+    watch._refresh_key = held
+
+
+def _record_requests(
+    target: TestHost, release: trio.Event, events: list[tuple[str, float]]
+) -> None:
+    """Each move's request the target answers in a task, by class name, when it arrived and
+    when it was answered; ``release`` is set by the first ``zlink.RelocateBegin`` or
+    ``zlink.RelocateIn``."""
+    arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
+    answer = arrivals.on_request
+
+    async def recording(source: zl.NodeRid, about: object, message: object) -> object:
+        name = type(message).__name__
+        events.append((name, trio.current_time()))
+        if name in ("RelocateBegin", "RelocateIn"):
+            release.set()
+        answered = await answer(source, about, message)
+        events.append((f"answered {name}", trio.current_time()))
+        return answered
+
+    arrivals.on_request = recording
+
+
+async def _watch_for_relocating(
+    target: TestHost, source: TestHost, events: list[tuple[str, float]]
+) -> None:
+    """Record the moment the target's view first says the source is relocating."""
+    changes = target.host._tree.membership.subscribe()  # type: ignore[union-attr]
+    async with changes:
+        async for event in changes:
+            if (
+                isinstance(event, PeerChanged)
+                and event.record.rid == source.node_rid
+                and event.record.state == RELOCATING
+            ):
+                events.append(("seen", trio.current_time()))
+                return
+
+
+@pytest.mark.spec("RELOC-74")
+async def test_the_target_sees_the_source_relocating_before_the_first_unit_arrives(
+    store_dsn: str,
+) -> None:
+    """The target's view of the source is held until the first move's request reaches it: the
+    source waits for the ``RelocateBegin`` answer, so the view is released by that request; the
+    target answers it only once the view says RELOCATING, and the first ``RelocateIn`` comes
+    after. A source that sealed at once would reach the target with ``RelocateIn`` while the
+    view was still held; a target that answered at once would answer before it saw."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await _meet(target, source)
+        await source.route.send_to_spot("c-1", Add(5)).instance_spot("move.Counter").submit()
+        events: list[tuple[str, float]] = []
+        release = trio.Event()
+        _hold_view(target, source, release)
+        _record_requests(target, release, events)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_for_relocating, target, source, events)
+            result = await source.host.relocate(deadline=20.0)
+            assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        names = [name for name, _ in events]
+        order = ["RelocateBegin", "seen", "answered RelocateBegin", "RelocateIn"]
+        assert order == [name for name in names if name in order], names
+
+
+@pytest.mark.spec("RELOC-74")
+async def test_a_target_that_does_not_see_the_change_answers_after_a_short_bound(
+    store_dsn: str,
+) -> None:
+    """The target's view of the source stays held for the whole relocation: the target still
+    answers ``RelocateBegin`` after ``BEGIN_WAIT``, well inside the request timeout, and the
+    move goes on."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, request_timeout=REQUEST_TIMEOUT
+        ) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await _meet(target, source)
+        await source.route.send_to_spot("c-1", Add(5)).instance_spot("move.Counter").submit()
+        events: list[tuple[str, float]] = []
+        never = trio.Event()
+        _hold_view(target, source, never)
+        _record_requests(target, trio.Event(), events)
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        times = dict(events)
+        assert BEGIN_WAIT <= times["RelocateIn"] - times["RelocateBegin"] < REQUEST_TIMEOUT / 2
+        never.set()
