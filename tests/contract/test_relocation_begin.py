@@ -1,15 +1,18 @@
-"""The start of a host relocation: the target takes in the source's RELOCATING record before
-the first unit is sealed (specs/relocation.md RELOC-74, host/relocation.py Rule 6,
-routing/arrivals.py Rule 1).
+"""What a host relocation settles before and around its moves: the target takes in the
+source's RELOCATING record before the first unit is sealed (specs/relocation.md RELOC-74,
+host/relocation.py Rule 6, routing/arrivals.py Rule 1), and the source's garbage collector stays
+out of the moves (RELOC-75).
 
-Each test holds the target's re-read of the source's node record (its peer watch) and records,
-on the target, which of the move's requests arrived and when its view first said the source
-was relocating."""
+The RELOC-74 tests hold the target's re-read of the source's node record (its peer watch) and
+record, on the target, which of the move's requests arrived and when its view first said the
+source was relocating."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Awaitable, Callable
 
+import attrs
 import pytest
 import trio
 
@@ -128,3 +131,49 @@ async def test_a_target_that_does_not_see_the_change_answers_after_a_short_bound
         times = dict(events)
         assert BEGIN_WAIT <= times["RelocateIn"] - times["RelocateBegin"] < REQUEST_TIMEOUT / 2
         never.set()
+
+
+gc_app = zl.Application()
+collector_at_capture: list[bool] = []
+
+
+@gc_app.message("gcmove.Bump")
+@attrs.frozen
+class Bump:
+    pass
+
+
+class Remembered(zl.SpotRelocationAdapter["Tally"]):
+    async def capture(self, target: Tally) -> bytes:
+        collector_at_capture.append(gc.isenabled())
+        return b"x"
+
+    async def restore(self, target: Tally, payload: bytes) -> None:
+        pass
+
+
+@gc_app.instance_spot("gcmove.Tally", relocation=zl.preserve_state_with(Remembered))
+class Tally(zl.InstanceSpot):
+    @zl.packet_handler(Bump)
+    async def bump(self, msg: Bump) -> None:
+        pass
+
+
+@pytest.mark.spec("RELOC-75")
+async def test_the_collector_is_paused_while_units_move_and_back_on_after(store_dsn: str) -> None:
+    """Each unit's capture (inside its seal) runs with the collector off; once the relocation
+    has ended it is on again."""
+    collector_at_capture.clear()
+    assert gc.isenabled()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(gc_app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(gc_app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        for spot_id in ("t-1", "t-2"):
+            await source.route.send_to_spot(spot_id, Bump()).instance_spot("gcmove.Tally").submit()
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        assert [False, False] == collector_at_capture
+        assert gc.isenabled()

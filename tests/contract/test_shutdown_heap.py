@@ -46,3 +46,15 @@ def test_a_process_with_the_collector_off_keeps_it_off() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.spec("SHUT-4.16", "RELOC-75")
+def test_overlapping_pauses_turn_the_collector_on_when_the_last_ends() -> None:
+    """A pause that ends while another still runs leaves the collector off."""
+    first, second = collector_paused(), collector_paused()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()
+    second.__exit__(None, None, None)
+    assert gc.isenabled()

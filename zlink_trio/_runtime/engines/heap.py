@@ -1,5 +1,5 @@
 """Keeping the cyclic garbage collector off the long-lived heap while many tasks end at once
-(specs/shutdown.md SHUT-4.16).
+(specs/shutdown.md SHUT-4.16), and out of a relocation's moves (specs/relocation.md RELOC-75).
 
 A host with ten thousand activations holds about a million objects the garbage collector
 tracks. Closing them all allocates and frees a great deal, which triggers full collections, and
@@ -21,14 +21,25 @@ from contextlib import contextmanager
 __all__ = ["collector_paused"]
 
 
+class _Pauses:
+    """How many blocks pause the collector now, and whether the first found it on."""
+
+    held = 0
+    found_on = False
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Turn the cyclic garbage collector off for the block, if it was on (module docstring)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    """Turn the cyclic garbage collector off for the block, if it was on (module docstring).
+    Blocks may overlap (a relocation then a shutdown, or several hosts of one process): the
+    collector comes back on when the last of them ends, and only if the first found it on."""
+    if _Pauses.held == 0:
+        _Pauses.found_on = gc.isenabled()
+        gc.disable()
+    _Pauses.held += 1
     try:
         yield
     finally:
-        gc.enable()
+        _Pauses.held -= 1
+        if _Pauses.held == 0 and _Pauses.found_on:
+            gc.enable()

@@ -32,7 +32,8 @@ at a time, once its node record says RELOCATING (or the deadline came) and the t
 answered ``zlink.RelocateBegin``, which it does once it sees that record (RELOC-74); the first
 that stays here ends the operation with its reason once the moves under way have ended, what
 moved stays moved and the host serves again (SHUT-3.10). A target must serve every type to move
-(its node record lists the Spot and Actor types it serves).
+(its node record lists the Spot and Actor types it serves). While the units move, the cyclic
+garbage collector is paused (RELOC-75).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import trio
 from zlink_trio._runtime.actors.activation import ActorActivation
 from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.declarations.system import RelocateAnswer, RelocateBegin
+from zlink_trio._runtime.engines.heap import collector_paused
 from zlink_trio._runtime.host.moving import move_actor, move_spot
 from zlink_trio._runtime.host.status import StatusBoard
 from zlink_trio._runtime.node.node import LocalNode
@@ -235,9 +237,6 @@ class Relocator:
     async def _move_all(self, target: NodeRecord, deadline: float) -> RelocationReason:
         """Rule 6: the Spots, then the Actors of the Entry Spot, ``MOVES_AT_ONCE`` at a time;
         the first that stays here ends the operation once the moves under way have ended."""
-        remote, moved = self.remote, self.moved
-        assert remote is not None  # bound with the membership
-        assert moved is not None
         self._stop_placing(RELOCATING, HostStatus.RELOCATING)
         if self.membership is not None:
             # The record says RELOCATING before the first seal: peers stop placing here, and
@@ -245,6 +244,13 @@ class Relocator:
             with trio.move_on_at(deadline):
                 await self.membership.published()
         await self._greet(target, deadline)
+        with collector_paused():  # no full collection inside a unit's seal (RELOC-75)
+            return await self._move_units(target, deadline)
+
+    async def _move_units(self, target: NodeRecord, deadline: float) -> RelocationReason:
+        remote, moved = self.remote, self.moved
+        assert remote is not None  # bound with the membership
+        assert moved is not None
         stayed: list[RelocationReason] = []
         room = trio.Semaphore(MOVES_AT_ONCE)
 
@@ -286,17 +292,15 @@ class Relocator:
         """Rule 6: ``zlink.RelocateBegin`` before the first seal, answered once the target has
         taken in this host's RELOCATING record (RELOC-74), so its store read does not run
         inside the first unit's interruption. A failure is logged: the first move meets it."""
-        remote = self.remote
-        assert remote is not None
         spots, actors = self._spots_to_move(), self._actors_to_move()
         left = min(deadline - trio.current_time(), self._node.config.request_timeout)
-        if not (spots or actors) or left <= 0:
+        if self.remote is None or not (spots or actors) or left <= 0:
             return
         about = spots[0].spot_id if spots else actors[0].actor_id
-        at = self._node.clock.now() + left
+        at, begin = self._node.clock.now() + left, RelocateBegin()
         try:
-            answer = await remote.request(
-                Owner(target.rid), about, RelocateBegin(), RelocateAnswer, {}, None, at
+            answer = await self.remote.request(
+                Owner(target.rid), about, begin, RelocateAnswer, {}, None, at
             )
         except ZLinkError as error:
             _log.info("%s did not answer the start of this relocation: %s", target.rid, error)
