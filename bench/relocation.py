@@ -848,6 +848,8 @@ def print_profile(title: str, path: Path) -> None:
 
 async def run(args: argparse.Namespace, dsn: str, profile_dir: Path | None) -> None:
     counts = QUICK if args.quick else FULL
+    if args.rounds is not None:
+        counts = attrs.evolve(counts, rounds=args.rounds)
     print(f"python {sys.version.split()[0]}, pyzmq {zmq.__version__}, libzmq {zmq.zmq_version()}")
     print(f"transport_security={args.security!r} for every host; the baseline is plain ZeroMQ")
     started = time.perf_counter()
@@ -916,6 +918,11 @@ def measure(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny counts, a smoke run")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="relocations of each part-1 group (default 40, whose p99 is their slowest)",
+    )
     parser.add_argument("--security", choices=("curve", "none"), default="curve")
     parser.add_argument("--profile", action="store_true", help="cProfile the host processes")
     parser.add_argument("--host-process", nargs=3, help=argparse.SUPPRESS)
