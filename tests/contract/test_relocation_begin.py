@@ -9,8 +9,9 @@ source was relocating."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import attrs
 import pytest
@@ -75,6 +76,23 @@ async def _watch_for_relocating(
                 return
 
 
+@contextlib.asynccontextmanager
+async def _a_counter_to_move(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost]]:
+    """A source with one Counter to move (its requests time out after ``REQUEST_TIMEOUT``) and
+    a target, each seeing the other."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, request_timeout=REQUEST_TIMEOUT
+        ) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await _meet(target, source)
+        await source.route.send_to_spot("c-1", Add(5)).instance_spot("move.Counter").submit()
+        yield source, target
+
+
 @pytest.mark.spec("RELOC-74")
 async def test_the_target_sees_the_source_relocating_before_the_first_unit_arrives(
     store_dsn: str,
@@ -84,14 +102,7 @@ async def test_the_target_sees_the_source_relocating_before_the_first_unit_arriv
     target answers it only once the view says RELOCATING, and the first ``RelocateIn`` comes
     after. A source that sealed at once would reach the target with ``RelocateIn`` while the
     view was still held; a target that answered at once would answer before it saw."""
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _meet(source, target)
-        await _meet(target, source)
-        await source.route.send_to_spot("c-1", Add(5)).instance_spot("move.Counter").submit()
+    async with _a_counter_to_move(store_dsn) as (source, target):
         events: list[tuple[str, float]] = []
         release = trio.Event()
         _hold_view(target, source, release)
@@ -112,16 +123,7 @@ async def test_a_target_that_does_not_see_the_change_answers_after_a_short_bound
     """The target's view of the source stays held for the whole relocation: the target still
     answers ``RelocateBegin`` after ``BEGIN_WAIT``, well inside the request timeout, and the
     move goes on."""
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(
-            app, dsn=store_dsn, stores=stores, request_timeout=REQUEST_TIMEOUT
-        ) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _meet(source, target)
-        await _meet(target, source)
-        await source.route.send_to_spot("c-1", Add(5)).instance_spot("move.Counter").submit()
+    async with _a_counter_to_move(store_dsn) as (source, target):
         events: list[tuple[str, float]] = []
         never = trio.Event()
         _hold_view(target, source, never)
