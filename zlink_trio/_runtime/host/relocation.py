@@ -289,18 +289,18 @@ class Relocator:
         return await self._relocate_nothing(deadline)
 
     async def _greet(self, target: NodeRecord, deadline: float) -> None:
-        """Rule 6: ``zlink.RelocateBegin`` before the first seal, answered once the target has
-        taken in this host's RELOCATING record (RELOC-74), so its store read does not run
-        inside the first unit's interruption. A failure is logged: the first move meets it."""
-        spots, actors = self._spots_to_move(), self._actors_to_move()
+        """Rule 6: ``zlink.RelocateBegin`` (naming the Entry Spot: only its class matters), once
+        the target has taken in this host's RELOCATING record (RELOC-74), so that its store read
+        runs before the first seal. A failure is logged: the first move meets it."""
+        remote = self.remote
+        assert remote is not None  # bound with the membership
         left = min(deadline - trio.current_time(), self._node.config.request_timeout)
-        if self.remote is None or not (spots or actors) or left <= 0:
+        if left <= 0:
             return
-        about = spots[0].spot_id if spots else actors[0].actor_id
-        at, begin = self._node.clock.now() + left, RelocateBegin()
+        at, about = self._node.clock.now() + left, self._spots.entry.spot_id
         try:
-            answer = await self.remote.request(
-                Owner(target.rid), about, begin, RelocateAnswer, {}, None, at
+            answer = await remote.request(
+                Owner(target.rid), about, RelocateBegin(), RelocateAnswer, {}, None, at
             )
         except ZLinkError as error:
             _log.info("%s did not answer the start of this relocation: %s", target.rid, error)
