@@ -1,7 +1,8 @@
 """What a host relocation settles before and around its moves: the target takes in the
 source's RELOCATING record before the first unit is sealed (specs/relocation.md RELOC-74,
-host/relocation.py Rule 6, routing/arrivals.py Rule 1), and the source's garbage collector stays
-out of the moves (RELOC-75).
+host/relocation.py Rule 6, routing/arrivals.py Rule 1), the source's garbage collector stays
+out of the moves (RELOC-75), and every host hears of a move only once its unit serves on the
+target (RELOC-76).
 
 The RELOC-74 tests hold the target's re-read of the source's node record (its peer watch) and
 record, on the target, which of the move's requests arrived and when its view first said the
@@ -19,6 +20,9 @@ import trio
 
 import zlink_trio as zl
 from tests.contract.test_spot_move import Add, _meet, app
+from zlink_trio._integration.store import Batch, Changed, ChangeSubscription, Put, Stores
+from zlink_trio._runtime.declarations.system import RelocateOpen
+from zlink_trio._runtime.host import moving
 from zlink_trio._runtime.ownership.node_record import RELOCATING, PeerChanged
 from zlink_trio._runtime.routing.arrivals import BEGIN_WAIT
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -77,9 +81,11 @@ async def _watch_for_relocating(
 
 
 @contextlib.asynccontextmanager
-async def _a_counter_to_move(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost]]:
+async def _a_counter_to_move(
+    store_dsn: str,
+) -> AsyncIterator[tuple[TestHost, TestHost, Stores]]:
     """A source with one Counter to move (its requests time out after ``REQUEST_TIMEOUT``) and
-    a target, each seeing the other."""
+    a target, each seeing the other, on ``Stores`` of their own."""
     async with (
         open_test_stores(store_dsn) as stores,
         open_test_host(
@@ -90,7 +96,7 @@ async def _a_counter_to_move(store_dsn: str) -> AsyncIterator[tuple[TestHost, Te
         await _meet(source, target)
         await _meet(target, source)
         await source.route.send_to_spot("c-1", Add(5)).instance_spot("move.Counter").submit()
-        yield source, target
+        yield source, target, stores
 
 
 @pytest.mark.spec("RELOC-74")
@@ -102,7 +108,7 @@ async def test_the_target_sees_the_source_relocating_before_the_first_unit_arriv
     target answers it only once the view says RELOCATING, and the first ``RelocateIn`` comes
     after. A source that sealed at once would reach the target with ``RelocateIn`` while the
     view was still held; a target that answered at once would answer before it saw."""
-    async with _a_counter_to_move(store_dsn) as (source, target):
+    async with _a_counter_to_move(store_dsn) as (source, target, _):
         events: list[tuple[str, float]] = []
         release = trio.Event()
         _hold_view(target, source, release)
@@ -123,7 +129,7 @@ async def test_a_target_that_does_not_see_the_change_answers_after_a_short_bound
     """The target's view of the source stays held for the whole relocation: the target still
     answers ``RelocateBegin`` after ``BEGIN_WAIT``, well inside the request timeout, and the
     move goes on."""
-    async with _a_counter_to_move(store_dsn) as (source, target):
+    async with _a_counter_to_move(store_dsn) as (source, target, _):
         events: list[tuple[str, float]] = []
         never = trio.Event()
         _hold_view(target, source, never)
@@ -179,3 +185,55 @@ async def test_the_collector_is_paused_while_units_move_and_back_on_after(store_
         assert zl.RelocationOutcome.RELOCATED == result.outcome, result
         assert [False, False] == collector_at_capture
         assert gc.isenabled()
+
+
+async def _hinted_until(feed: ChangeSubscription, witness: str) -> set[str]:
+    """Every key the feed hints until (and with) the hint that names ``witness``."""
+    seen: set[str] = set()
+    async for event in feed:
+        if isinstance(event, Changed):
+            seen |= event.keys
+            if witness in event.keys:
+                return seen
+    raise AssertionError("the feed ended")
+
+
+@pytest.mark.spec("RELOC-76")
+async def test_the_move_is_published_once_the_target_serves_the_unit(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source's ``RelocateOpen`` is held after the commit. A witness written then is
+    hinted without the unit's record (hints come in commit order, so the commit was quiet);
+    once the target has answered the open, the record's key is hinted."""
+    events: list[str] = []
+    committed, proceed = trio.Event(), trio.Event()
+    tell = moving._tell
+
+    async def held(
+        remote: object, unit: object, target: object, what: object, **kw: object
+    ) -> None:
+        if isinstance(what, RelocateOpen):
+            committed.set()
+            await proceed.wait()
+            await tell(remote, unit, target, what, **kw)  # type: ignore[arg-type]
+            events.append("open answered")
+            return
+        await tell(remote, unit, target, what, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(moving, "_tell", held)
+    async with _a_counter_to_move(store_dsn) as (source, _, stores):
+        record = f"m/{source.mesh.value}/spot/c-1"
+        witness = f"m/{source.mesh.value}/witness-76"
+        await source.wait_quiet()  # the Counter's claim and Ready mark are written
+        with stores.location.changes() as feed, trio.fail_after(20):
+            await stores.location.write(Batch([], [Put(witness + "-before", b"w")]))
+            await _hinted_until(feed, witness + "-before")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(source.host.relocate)
+                await committed.wait()
+                await stores.location.write(Batch([], [Put(witness, b"w")]))
+                assert record not in await _hinted_until(feed, witness)
+                proceed.set()
+                await _hinted_until(feed, record)
+                events.append("hinted")
+        assert ["open answered", "hinted"] == events

@@ -419,3 +419,35 @@ async def test_a_change_whose_caller_went_away_before_its_batch_is_never_written
         kept = await stores.location.read(second)
         assert isinstance(kept, Found)
         assert (b"claimed", versions[1]) == (kept.value, kept.version)
+
+
+@pytest.mark.spec("RELOC-76", "STORE-25")
+async def test_changes_written_together_are_quiet_only_when_each_of_them_is(
+    store_dsn: str,
+) -> None:
+    """Behind a batch in flight, two quiet changes are written as one quiet batch (the moves of
+    a host relocation share batches, and each stays quiet, RELOC-76); a quiet change queued
+    with one that notifies goes in a batch that notifies."""
+    base = f"t/quiet-{uuid.uuid4().hex[:8]}/"
+
+    async def written_behind(quiet: list[bool]) -> Batch:
+        gated = _GatedStore(stores.location)
+        batcher = RecordBatcher(gated)  # type: ignore[arg-type]  # only write() is used
+        async with trio.open_nursery() as nursery:
+            await nursery.start(batcher.run)
+            nursery.start_soon(batcher.write, Batch([], [Put(f"{base}first", b"1")]))
+            await trio.testing.wait_all_tasks_blocked()  # the first batch is in flight
+            for index, silent in enumerate(quiet):
+                key = f"{base}{len(quiet)}-{silent}-{index}"
+                nursery.start_soon(batcher.write, Batch([], [Put(key, b"q")], notify=not silent))
+            await trio.testing.wait_all_tasks_blocked()  # queued behind the first
+            gated.gate.set()
+            await trio.testing.wait_all_tasks_blocked()
+            batcher.close()
+        assert 2 == len(gated.writes)
+        assert len(quiet) == len(gated.writes[1].mutations)  # one batch, all of them
+        return gated.writes[1]
+
+    async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
+        assert not (await written_behind([True, True])).notify
+        assert (await written_behind([True, False])).notify

@@ -238,3 +238,26 @@ async def test_a_quiet_batch_commits_and_notifies_nothing(stores: Stores, key_pr
         )
     with pytest.raises(TypeError):
         Batch([], [Put(kept, b"3")], notify=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.spec("STORE-50")
+async def test_an_announcement_notifies_keys_a_quiet_batch_wrote(
+    stores: Stores, key_prefix: str
+) -> None:
+    """``announce`` hints exactly the keys it is given, as a committed batch would, and writes
+    nothing; the quiet batch before it hinted nothing (the witness bounds what was heard)."""
+    moved, other = key_prefix + "moved", key_prefix + "other"
+    with stores.location.changes() as feed:
+        quiet = await stores.location.write(Batch([], [Put(moved, b"m")], notify=False))
+        assert isinstance(quiet, Applied)
+        await put(stores, key_prefix + "witness", b"w")
+        assert {key_prefix + "witness"} == await changed_until(
+            feed, key_prefix + "witness", key_prefix
+        )
+        await stores.location.announce([moved, other])
+        assert {moved, other} == await changed_until(feed, other, key_prefix)
+        await stores.location.announce([])  # nothing to say: no statement, no hint
+        await put(stores, key_prefix + "last", b"l")
+        assert {key_prefix + "last"} == await changed_until(feed, key_prefix + "last", key_prefix)
+    assert isinstance(await stores.location.read(other), Missing)
+    assert quiet.versions[0] == (await found(stores, moved)).version

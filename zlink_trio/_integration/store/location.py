@@ -7,6 +7,7 @@ Keys travel as their UTF-8 bytes; values, versions and clocks come back as plain
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from zlink_trio._integration.store import location_sql
@@ -83,6 +84,13 @@ class LocationStore:
             return Conflict(batch.conditions[row["failed"] - 1], store_now, current)
         issued = dict(zip(row["put_keys"] or (), row["put_versions"] or (), strict=True))
         return Applied(tuple(issued[key] for key in put_keys), store_now)
+
+    async def announce(self, keys: Sequence[str]) -> None:
+        """Notify ``keys`` as a committed batch would (STORE-50): for a writer whose batch was
+        quiet and who tells the mesh later, once what it had to do first is done."""
+        notices = pack([key.encode() for key in keys])
+        if notices:
+            await self._database.fetch_one(location_sql.ANNOUNCE, {"notices": notices})
 
     async def scan(self, prefix: str, limit: int, cursor: str | None = None) -> ScanPage | Expired:
         """One page of live records under ``prefix`` in key byte order; pass the page's cursor

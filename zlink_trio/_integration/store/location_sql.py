@@ -1,4 +1,4 @@
-"""The Location Store's three statements, built with SQLAlchemy Core (specs/store.md, STORE-2,
+"""The Location Store's four statements, built with SQLAlchemy Core (specs/store.md, STORE-2,
 STORE-3, STORE-5, STORE-6, STORE-7, STORE-15).
 
 Each store call is one statement, so it is one round trip and its own transaction; the pool's
@@ -10,6 +10,8 @@ at a time (a lost race is a serialization failure, retried by the bridge, never 
   meaning "no live record"), so every batch shape shares one prepared statement. The verdict is
   the lowest failing condition index, or NULL; the delete, upsert and notify sub-statements all
   run only when it is NULL, so a batch commits everything or nothing.
+- ``ANNOUNCE``: notifications of keys a quiet batch wrote, sent later by its writer (STORE-50);
+  it writes nothing, so its commit waits for no disk.
 - ``SCAN_PAGE``: records with ``start <= key < end`` in key byte order, live at ``now()``; run
   inside a held REPEATABLE READ transaction, so every page sees the first page's snapshot and
   the same ``now()``.
@@ -180,6 +182,19 @@ def _write() -> Statement:
     return Statement.compile(query)
 
 
+def _announce() -> Statement:
+    notices = (
+        func.unnest(bindparam("notices", type_=ARRAY(Text)))
+        .table_valued(column("payload", Text))
+        .render_derived(name="notices")
+    )
+    return Statement.compile(
+        select(func.count(func.pg_notify(_CHANNEL, notices.c.payload)).label("sent")).select_from(
+            notices
+        )
+    )
+
+
 def _scan_page() -> Statement:
     page = (
         select(_record.c.key, _record.c.value, _record.c.version, _record.c.expires_at)
@@ -210,5 +225,6 @@ def _now_only() -> Statement:
 
 READ = _read()
 WRITE = _write()
+ANNOUNCE = _announce()
 SCAN_PAGE = _scan_page()
 NOW = _now_only()

@@ -20,7 +20,10 @@ relayed to it in order as the same sends and requests (routing/forward.py), and
 ``RelocateOpen`` follows on the same connection, so the target serves the relayed messages
 before anything a sender sent it directly (per-sender order, RELOC-60). The three go out one
 after the other, each once the one before is on its way, and only the answers are waited for
-(the target's reader takes them in order, RELOC-73). A request's reply comes
+(the target's reader takes them in order, RELOC-73). The commit's write was quiet; once the
+target has answered the open, the move is published to every host (RELOC-76), so the
+callers' re-reads and the store's signals to every host come after the unit serves, not while it
+is sealed. A request's reply comes
 back here and completes its caller's call, so callers see one call with one outcome; whatever
 still reaches the sealed Spot is relayed after.
 Rule 4: a User Spot moves with its member Actors (RELOC-6, RELOC-64). They are sealed with it
@@ -424,6 +427,7 @@ async def _hand_over(
                 moved.relaying_after_open(unit.target)
             await _tell(remote, primary, target, RelocateOpen())
             opened.append(trio.current_time())
+            replies.start_soon(_publish, units)
             for unit in reversed(units):  # the members leave before their Spot closes
                 unit.sealed.close()
             async with receive:
@@ -443,6 +447,17 @@ async def _hand_over(
             await unit.closed.wait()
         send.close()
     return opened[0] if opened else trio.current_time()
+
+
+async def _publish(units: list[_Unit]) -> None:
+    """Rule 3: the commit was quiet; now that the target serves the units, every host is told
+    their records changed. A failure is logged: callers still reach the units through this
+    host's relay, and learn from the store once their route fails or their feed resyncs."""
+    node = units[0].node
+    try:
+        await node.authority.announce([unit.target for unit in units])
+    except ZLinkError as error:
+        _log.info("could not publish that %s moved: %s", units[0].target, error)
 
 
 async def _tell(

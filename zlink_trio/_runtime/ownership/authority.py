@@ -265,9 +265,10 @@ class SpotAuthority:
         """Give the ids' authority to another node run, keeping each object generation (a
         relocation's commit), in one conditional batch: every record this node holds at its
         claim's version now names ``owner``; ``None`` when any was no longer ours, and then none
-        changed (Rule 3). An unknown outcome is settled by reading the records, as often as it
-        takes (Rule 4): neither side may serve the units while it is unknown, so this returns
-        only once it is known (or is cancelled)."""
+        changed (Rule 3). The batch is quiet: the mover announces the ids once the new owner
+        serves them (``announce``, RELOC-76). An unknown outcome is settled by reading the
+        records, as often as it takes (Rule 4): neither side may serve the units while it is
+        unknown, so this returns only once it is known (or is cancelled)."""
         moved = [
             attrs.evolve(claim.record, owner=owner, owner_generation=owner_generation, state=READY)
             for claim in claims
@@ -276,6 +277,7 @@ class SpotAuthority:
         batch = Batch(
             [IfVersion(key, claim.version) for key, claim in zip(keys, claims, strict=True)],
             [Put(key, record.encode()) for key, record in zip(keys, moved, strict=True)],
+            notify=False,
         )
         try:
             written = await self.batches.write(batch)  # with the moves committing beside it
@@ -299,6 +301,11 @@ class SpotAuthority:
             Claim(claim.spot_id, record, version)
             for claim, record, version in zip(claims, moved, written.versions, strict=True)
         ]
+
+    async def announce(self, ids: list[SpotId | ActorId]) -> None:
+        """Tell every host that the ids' records changed, as a notifying write would have
+        (STORE-50): after a quiet ``hand_over``."""
+        await self._store.announce([self._record_key(spot_id) for spot_id in ids])
 
     async def _read_claims(self, claims: list[Claim], moved: list[SpotRecord]) -> list[Claim]:
         """The claims a hand-over that did commit wrote, read back for their versions."""

@@ -6,7 +6,8 @@ Rule 1: one writer, many waiters. A change is a conditional batch of its own (a 
 records, a Ready mark, a release, a moving unit's hand-over), queued; its caller waits for its
 own result. The one flusher task takes everything queued (up to ``BATCH_LIMIT`` changes,
 ``KEY_LIMIT`` keys and ``BYTE_LIMIT`` bytes, never two changes that name one key) and writes it
-as one all-or-nothing conditional batch. While a batch is in flight the next one gathers, so
+as one all-or-nothing conditional batch, quiet (STORE-25) only when every change in it is. While
+a batch is in flight the next one gathers, so
 ten thousand Spots closing at shutdown, or created 32 at a time, cost a few dozen store commits
 instead of ten thousand, and a single change still costs one.
 Rule 2: a conflict is settled one by one. When any condition of a shared batch fails, the batch
@@ -182,6 +183,7 @@ class RecordBatcher:
                     Batch(
                         [item for p in chosen for item in p.batch.conditions],
                         [item for p in chosen for item in p.batch.mutations],
+                        notify=any(p.batch.notify for p in chosen),  # quiet if all are
                     )
                 )
             except ZLinkError as error:
