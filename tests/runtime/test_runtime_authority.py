@@ -451,3 +451,34 @@ async def test_changes_written_together_are_quiet_only_when_each_of_them_is(
     async with open_stores(StoreConfig(dsn=store_dsn), environ={}) as stores:
         assert not (await written_behind([True, True])).notify
         assert (await written_behind([True, False])).notify
+
+
+class _GatedAnnouncements:
+    """A store whose first announcement is held until ``gate`` is set; what each says."""
+
+    def __init__(self) -> None:
+        self.gate = trio.Event()
+        self.said: list[list[str]] = []
+
+    async def announce(self, keys: list[str]) -> None:
+        self.said.append(keys)
+        if len(self.said) == 1:
+            await self.gate.wait()
+
+
+@pytest.mark.spec("RELOC-76")
+async def test_announcements_that_come_while_one_is_on_its_way_go_together_next() -> None:
+    """Three moves announce while the first one's announcement is held: each returns at once,
+    and their keys go in one announcement after it, each key once."""
+    store = _GatedAnnouncements()
+    batcher = RecordBatcher(store)  # type: ignore[arg-type]  # only announce() is used
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(batcher.announce, ["a"])
+            await trio.testing.wait_all_tasks_blocked()  # "a" is on its way
+            await batcher.announce(["b", "c"])
+            await batcher.announce(["d", "b"])
+            assert [["a"]] == store.said
+            store.gate.set()
+        await batcher.announce(["e"])  # nothing on its way: at once, alone
+    assert [["a"], ["b", "c", "d"], ["e"]] == store.said

@@ -304,8 +304,8 @@ class SpotAuthority:
 
     async def announce(self, ids: list[SpotId | ActorId]) -> None:
         """Tell every host that the ids' records changed, as a notifying write would have
-        (STORE-50): after a quiet ``hand_over``."""
-        await self._store.announce([self._record_key(spot_id) for spot_id in ids])
+        (STORE-50): after a quiet ``hand_over``; shared with other moves (batches.py Rule 6)."""
+        await self.batches.announce([self._record_key(spot_id) for spot_id in ids])
 
     async def _read_claims(self, claims: list[Claim], moved: list[SpotRecord]) -> list[Claim]:
         """The claims a hand-over that did commit wrote, read back for their versions."""

@@ -23,6 +23,11 @@ Rule 5: a caller cancelled while its change waits in the queue takes it out: it 
 written. Cancelled once its batch is on its way, the caller first waits for that batch to land
 (shielded; the store's timeout bounds it) and then raises: it settles the outcome by reading
 (DEC-17), and a read can no longer come before the write it settles.
+Rule 6: announcements are shared too. The keys of a move published once its unit serves
+(RELOC-76, STORE-50) that come while another announcement is on its way are left to that
+caller, which sends them all next in one statement; their own caller returns at once (a hint:
+STORE-26). A host relocation of thousands of units so costs a few dozen announcements, not one
+per unit. Keys whose caller failed or went away wait for the next announcement.
 """
 
 from __future__ import annotations
@@ -84,6 +89,22 @@ class RecordBatcher:
         self._running = False
         self.batches = 0
         """How many batches the flusher wrote (for tests and diagnostics)."""
+        self._notices: dict[str, None] = {}
+        self._announcing = False
+
+    async def announce(self, keys: list[str]) -> None:
+        """Tell every host that ``keys`` changed (Rule 6): now, or with the announcement on its
+        way; ``ZLinkError`` when the store could not be told."""
+        self._notices.update(dict.fromkeys(keys))
+        if self._announcing:
+            return
+        self._announcing = True
+        try:
+            while self._notices:
+                taken, self._notices = list(self._notices), {}
+                await self._store.announce(taken)
+        finally:
+            self._announcing = False
 
     async def write(self, batch: Batch) -> Applied | Conflict:
         """``batch`` committed, possibly together with others (Rule 1): its own ``Applied``
