@@ -237,3 +237,39 @@ async def test_the_move_is_published_once_the_target_serves_the_unit(
                 await _hinted_until(feed, record)
                 events.append("hinted")
         assert ["open answered", "hinted"] == events
+
+
+@pytest.mark.spec("RELOC-76")
+async def test_moves_under_way_together_commit_as_they_notify(store_dsn: str) -> None:
+    """Two Counters move at once: the target holds the first ``RelocateIn`` answer until the
+    second has come, so each commit is made while the other move is under way, and neither is
+    quiet (one statement more per move would slow a host relocation of many units)."""
+    async with _a_counter_to_move(store_dsn) as (source, target, _):
+        await source.route.send_to_spot("c-2", Add(1)).instance_spot("move.Counter").submit()
+        arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
+        answer, both_in = arrivals.on_request, trio.Event()
+        came: list[object] = []
+
+        async def one_waits_for_the_other(
+            rid: zl.NodeRid, about: object, message: object
+        ) -> object:
+            if type(message).__name__ == "RelocateIn":
+                came.append(about)
+                if len(came) == 2:
+                    both_in.set()
+                with trio.fail_after(10):
+                    await both_in.wait()
+            return await answer(rid, about, message)
+
+        arrivals.on_request = one_waits_for_the_other
+        authority = source.host._node.authority
+        hand_over, quiet = authority.hand_over, []
+
+        async def recorded(*args: object, **kwargs: object) -> object:
+            quiet.append(kwargs["quiet"])
+            return await hand_over(*args, **kwargs)
+
+        authority.hand_over = recorded
+        result = await source.host.relocate(deadline=20.0)
+        assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        assert [False, False] == quiet

@@ -20,10 +20,11 @@ relayed to it in order as the same sends and requests (routing/forward.py), and
 ``RelocateOpen`` follows on the same connection, so the target serves the relayed messages
 before anything a sender sent it directly (per-sender order, RELOC-60). The three go out one
 after the other, each once the one before is on its way, and only the answers are waited for
-(the target's reader takes them in order, RELOC-73). The commit's write was quiet; once the
-target has answered the open, the move is published to every host (RELOC-76), so the
+(the target's reader takes them in order, RELOC-73). A move alone on this host commits quietly
+and is published to every host once the target has answered the open (RELOC-76), so the
 callers' re-reads and the store's signals to every host come after the unit serves, not while it
-is sealed. A request's reply comes
+is sealed; with other moves under way the commit notifies as it writes (one statement more per
+move would cost a host relocation of many units more than it saves). A request's reply comes
 back here and completes its caller's call, so callers see one call with one outcome; whatever
 still reaches the sealed Spot is relayed after.
 Rule 4: a User Spot moves with its member Actors (RELOC-6, RELOC-64). They are sealed with it
@@ -247,6 +248,26 @@ async def _move(
     refusal: list[RelocateAnswer] | None = None,
     relaying: trio.Nursery | None = None,
 ) -> RelocationReason | None:
+    """``_move_counted``, counted among this host's moves under way (Rule 3)."""
+    moved.moving += 1
+    try:
+        return await _move_counted(
+            remote, moved, units, target, deadline, sealing, refusal, relaying
+        )
+    finally:
+        moved.moving -= 1
+
+
+async def _move_counted(
+    remote: Remote,
+    moved: Moved,
+    units: list[_Unit],
+    target: NodeRecord,
+    deadline: float,
+    sealing: float,
+    refusal: list[RelocateAnswer] | None = None,
+    relaying: trio.Nursery | None = None,
+) -> RelocationReason | None:
     """Rules 1-2 for a unit and the Actors that move with it (``units[1:]``, Rule 4).
     ``refusal`` receives the target's answer when it refuses a unit; with ``relaying`` the
     relay after the commit runs in a task there and the move returns at the commit (a join
@@ -307,6 +328,7 @@ async def _move(
         return refused[0] if refused else RelocateAnswer(True)
 
     handed = None
+    quiet = False
     reason = RelocationReason.RELOCATION_FAILED
     try:
         answer = RelocateAnswer(True)
@@ -331,7 +353,10 @@ async def _move(
             prepared = trio.current_time()
             node.fence.check()
             claims = [unit.sealed.claim for unit in units]
-            handed = await node.authority.hand_over(claims, target.rid, target.generation)
+            quiet = moved.moving == 1  # alone: the move is published once it serves (Rule 3)
+            handed = await node.authority.hand_over(
+                claims, target.rid, target.generation, quiet=quiet
+            )
     except trio.TooSlowError:
         reason = RelocationReason.DEADLINE_EXCEEDED
     except ZLinkError as error:
@@ -356,9 +381,9 @@ async def _move(
     committed = trio.current_time()
     commit = RelocateCommit(handed[0].version, members)
     if relaying is not None:  # returns once the units forward what reaches them (detached)
-        await relaying.start(_hand_over, remote, moved, units, target, commit)
+        await relaying.start(_hand_over, remote, moved, units, target, commit, quiet)
         return None
-    opened = await _hand_over(remote, moved, units, target, commit)
+    opened = await _hand_over(remote, moved, units, target, commit, quiet)
     if _times.isEnabledFor(logging.DEBUG):
         size = sum(0 if payload is None else len(payload) for payload in payloads)
         times = MoveTimes(unit_id.value, size, sealing, sealed_at, prepared, committed, opened)
@@ -378,6 +403,7 @@ async def _hand_over(
     units: list[_Unit],
     target: NodeRecord,
     commit: RelocateCommit,
+    quiet: bool,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> float:
@@ -427,7 +453,8 @@ async def _hand_over(
                 moved.relaying_after_open(unit.target)
             await _tell(remote, primary, target, RelocateOpen())
             opened.append(trio.current_time())
-            replies.start_soon(_publish, units)
+            if quiet:
+                replies.start_soon(_publish, units)
             for unit in reversed(units):  # the members leave before their Spot closes
                 unit.sealed.close()
             async with receive:

@@ -260,15 +260,20 @@ class SpotAuthority:
         return Claim(claim.spot_id, ready, version)
 
     async def hand_over(
-        self, claims: list[Claim], owner: NodeRid, owner_generation: NodeGeneration
+        self,
+        claims: list[Claim],
+        owner: NodeRid,
+        owner_generation: NodeGeneration,
+        *,
+        quiet: bool = False,
     ) -> list[Claim] | None:
         """Give the ids' authority to another node run, keeping each object generation (a
         relocation's commit), in one conditional batch: every record this node holds at its
         claim's version now names ``owner``; ``None`` when any was no longer ours, and then none
-        changed (Rule 3). The batch is quiet: the mover announces the ids once the new owner
-        serves them (``announce``, RELOC-76). An unknown outcome is settled by reading the
-        records, as often as it takes (Rule 4): neither side may serve the units while it is
-        unknown, so this returns only once it is known (or is cancelled)."""
+        changed (Rule 3). ``quiet``: the batch notifies nothing, the mover announces the ids
+        once the new owner serves them (``announce``, RELOC-76). An unknown outcome is settled
+        by reading the records, as often as it takes (Rule 4): neither side may serve the units
+        while it is unknown, so this returns only once it is known (or is cancelled)."""
         moved = [
             attrs.evolve(claim.record, owner=owner, owner_generation=owner_generation, state=READY)
             for claim in claims
@@ -277,7 +282,7 @@ class SpotAuthority:
         batch = Batch(
             [IfVersion(key, claim.version) for key, claim in zip(keys, claims, strict=True)],
             [Put(key, record.encode()) for key, record in zip(keys, moved, strict=True)],
-            notify=False,
+            notify=not quiet,
         )
         try:
             written = await self.batches.write(batch)  # with the moves committing beside it

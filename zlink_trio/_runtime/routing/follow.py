@@ -52,6 +52,9 @@ class Moved:
         (``relaying_after_open`` until ``relayed``)."""
         self._in_flight = 0
         """Relayed requests whose answer has not come back yet (``answer_awaited``)."""
+        self.moving = 0
+        """Moves of units away from this host under way (host/moving.py: a move alone commits
+        quietly and publishes once its unit serves, RELOC-76)."""
         self._answered = trio.Event()
 
     def follow(self, unit: SpotId | ActorId, owner: NodeRid) -> None:
