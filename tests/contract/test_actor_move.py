@@ -524,11 +524,11 @@ async def test_what_moves_here_is_not_seen_by_lookups_before_its_commit(store_ds
         held = {"hall-2": trio.Event(), "w-9": trio.Event()}
         go = {"hall-2": trio.Event(), "w-9": trio.Event()}
 
-        async def hold_commits(claims: Any, *args: Any) -> Any:
+        async def hold_commits(claims: Any, *args: Any, **kwargs: Any) -> Any:
             unit = claims[0].spot_id.value
             held[unit].set()
             await go[unit].wait()
-            return await hand_over(claims, *args)
+            return await hand_over(claims, *args, **kwargs)
 
         authority.hand_over = hold_commits
         looked_up: list[zl.SpotCreateResult] = []

@@ -514,11 +514,11 @@ async def test_a_move_commits_although_the_sources_node_record_was_renewed_meanw
         lease = source.host._tree.membership._own  # type: ignore[union-attr]
         renewed: list[int | None] = []
 
-        async def renew_then_hand_over(*args: Any) -> Any:
+        async def renew_then_hand_over(*args: Any, **kwargs: Any) -> Any:
             before = lease._version
             await lease.publish(first=False)
             renewed.append(before if lease._version != before else None)
-            return await hand_over(*args)
+            return await hand_over(*args, **kwargs)
 
         authority.hand_over = renew_then_hand_over
         result = await source.host.relocate(deadline=20.0)
@@ -580,7 +580,7 @@ async def test_a_target_drops_a_restored_unit_whose_source_is_gone(store_dsn: st
             authority = source.host._node.authority
             restored = trio.Event()
 
-            async def never_commit(*args: Any) -> Any:
+            async def never_commit(*args: Any, **kwargs: Any) -> Any:
                 restored.set()
                 await trio.sleep_forever()
 
