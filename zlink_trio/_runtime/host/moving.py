@@ -172,7 +172,8 @@ async def move_spot(
         )
     ]
     units.extend(_actor_unit(member, activation.spot_id.value) for member in members)
-    return await _move(remote, moved, units, target, deadline, sealing)
+    with moved.under_way():
+        return await _move(remote, moved, units, target, deadline, sealing)
 
 
 async def move_actor(
@@ -198,7 +199,9 @@ async def move_actor(
         _log.info("Actor %s cannot be moved now: %s", actor.actor_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
     in_spot = None if spot is None else spot.spot_id.value
-    return await _move(remote, moved, [_actor_unit(sealed, in_spot)], target, deadline, sealing)
+    with moved.under_way():
+        unit = _actor_unit(sealed, in_spot)
+        return await _move(remote, moved, [unit], target, deadline, sealing)
 
 
 async def move_to_join(
@@ -218,7 +221,8 @@ async def move_to_join(
     unit = attrs.evolve(plain, announce=lambda chunks: with_join(plain.announce(chunks)))
     refusal: list[RelocateAnswer] = []
     nursery = sealed.actor.node.activation_nursery
-    reason = await _move(remote, moved, [unit], target, deadline, sealing, refusal, nursery)
+    with moved.under_way():
+        reason = await _move(remote, moved, [unit], target, deadline, sealing, refusal, nursery)
     return refusal[0] if refusal else reason
 
 
@@ -239,26 +243,6 @@ def _actor_unit(sealed: SealedActor, spot: str | None) -> _Unit:
 
 
 async def _move(
-    remote: Remote,
-    moved: Moved,
-    units: list[_Unit],
-    target: NodeRecord,
-    deadline: float,
-    sealing: float,
-    refusal: list[RelocateAnswer] | None = None,
-    relaying: trio.Nursery | None = None,
-) -> RelocationReason | None:
-    """``_move_counted``, counted among this host's moves under way (Rule 3)."""
-    moved.moving += 1
-    try:
-        return await _move_counted(
-            remote, moved, units, target, deadline, sealing, refusal, relaying
-        )
-    finally:
-        moved.moving -= 1
-
-
-async def _move_counted(
     remote: Remote,
     moved: Moved,
     units: list[_Unit],

@@ -53,8 +53,17 @@ class Moved:
         self._in_flight = 0
         """Relayed requests whose answer has not come back yet (``answer_awaited``)."""
         self.moving = 0
-        """Moves of units away from this host under way (host/moving.py: a move alone commits
-        quietly and publishes once its unit serves, RELOC-76)."""
+        """Moves of units away from this host under way (``under_way``; host/moving.py: a move
+        alone commits quietly and publishes once its unit serves, RELOC-76)."""
+
+    @contextmanager
+    def under_way(self) -> Iterator[None]:
+        """Count one move of a unit away from this host while it lasts (``moving``)."""
+        self.moving += 1
+        try:
+            yield
+        finally:
+            self.moving -= 1
         self._answered = trio.Event()
 
     def follow(self, unit: SpotId | ActorId, owner: NodeRid) -> None:
