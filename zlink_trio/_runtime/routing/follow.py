@@ -55,6 +55,7 @@ class Moved:
         self.moving = 0
         """Moves of units away from this host under way (``under_way``; host/moving.py: a move
         alone commits quietly and publishes once its unit serves, RELOC-76)."""
+        self._answered = trio.Event()
 
     @contextmanager
     def under_way(self) -> Iterator[None]:
@@ -64,7 +65,6 @@ class Moved:
             yield
         finally:
             self.moving -= 1
-        self._answered = trio.Event()
 
     def follow(self, unit: SpotId | ActorId, owner: NodeRid) -> None:
         """``unit`` moved to ``owner``: follow it from now on, for the window."""
