@@ -773,7 +773,7 @@ async def test_the_janitors_sweep_reclaims_what_dead_runs_left_and_nothing_live(
         janitor = min((first, second), key=lambda host: host.node_rid.value)
         remote = janitor._tree.remote
         assert remote is not None
-        await remote._reclaim(None)
+        await remote.janitor.reclaim(None)
         authority = janitor._node.authority
         assert await authority.read(zl.SpotId(ghost_room)) is None
         assert await authority.read(zl.SpotId(live_room)) is not None

@@ -24,7 +24,8 @@ from zlink_trio._integration.transport.routes import PeerRun
 from zlink_trio._runtime.engines.clock import TRIO_CLOCK
 from zlink_trio._runtime.ownership.authority import SpotRecord
 from zlink_trio._runtime.ownership.node_record import NodeRecord, PeerChanged, PeerDown, PeerUp
-from zlink_trio._runtime.routing.remote import STALE, SWEEP_LEASES, Owner, Remote
+from zlink_trio._runtime.routing.janitor import SWEEP_LEASES
+from zlink_trio._runtime.routing.remote import STALE, Owner, Remote
 from zlink_trio._wire import Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import (

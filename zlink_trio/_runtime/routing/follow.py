@@ -173,41 +173,29 @@ async def relay_followed(
     """Relay a peer's ``message`` for a unit that moved away to its new owner, from the
     transport's reader, so that one sender's messages get there in the order they came
     (RELOC-68): a send once the transport has it, a request once it is on its way, its answer
-    (or error) given to ``reply`` from a task in ``nursery``."""
+    (or error) given to ``reply`` from a task in ``nursery``. Each goes as it came (RELOC-29):
+    the same operation id, message bytes, metadata and instance type, a request's budget what
+    is left of its deadline; its Reply goes back as it came too, to the caller's reply route."""
     relay, owner = followed
-    arrived = node.clock.now()
-    request = message if type(message) is Request else None
-    try:
-        decoded = node.registry.messages.decode(message.message_type, message.payload)
-        metadata, instance = dict(message.metadata), message.instance_spot_type
-        if request is None:
-            await relay.send(owner, message.target, decoded, metadata, instance)
-            return
-        if nursery is None:
-            raise ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving peers any more")
-    except ZLinkError as error:
-        if request is not None:
-            reply(request, error)
-        else:
+    if type(message) is Send:
+        try:
+            await relay.send_as_is(owner, message)
+        except ZLinkError as error:
             _log.warning("a send to %s was not relayed: %s", message.target, error)
         return
-    deadline = arrived + max(request.budget_us / 1_000_000, 1e-6)
+    request = message
+    assert type(request) is Request
+    if nursery is None:
+        reply(request, ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving peers any more"))
+        return
+    deadline = node.clock.now() + max(request.budget_us / 1_000_000, 1e-6)
 
     async def relayed(*, task_status: trio.TaskStatus[None]) -> None:
         on_submitted = starts_once(task_status)
 
         try:
             with moved.answer_awaited():
-                result: object = await relay.request(
-                    owner,
-                    request.target,
-                    decoded,
-                    object,
-                    metadata,
-                    instance,
-                    deadline,
-                    on_submitted,
-                )
+                result: object = await relay.request_as_is(owner, request, deadline, on_submitted)
         except ZLinkError as error:
             result = error
         finally:

@@ -31,7 +31,8 @@ Rule 6: a reply is encoded within this host's message limit and its caller's (li
 Rule 8: work for a unit that moved away from here (follow.py) is relayed to its new owner by
 the reader itself, a send once the transport has it and a request once it is on its way (its
 answer awaited in a task), so one sender's messages reach the new owner in the order they came
-(RELOC-68).
+(RELOC-68); each goes as it came, and a relayed request's Reply comes back here as it came,
+readdressed to its caller's reply route (RELOC-29).
 Rule 7: the requests of a unit moving here (``zlink.Relocate*``) are the framework's, and what
 the source relays to a unit committed here but not open yet goes in front of it: both are
 ``moves_in.py``'s, from the reader itself where order matters.
@@ -329,31 +330,32 @@ class Inbound:
             return
         answer: Reply | ErrorReply
         if isinstance(result, ZLinkError):
-            answer = ErrorReply(
-                request.reply_route,
-                request.operation_id,
-                origin.generation,
-                result.kind,
-                result.message,
-            )
+            failure = result
         else:
             try:
-                # Within this host's limit and the caller's: a larger reply would be dropped by
-                # the caller's transport and its request would wait out its timeout (MSG-6).
-                name, payload = self._remote.limits.encode(result, origin.node_rid)
+                if type(result) is Reply:  # a relayed answer (follow.py): its bytes as they came
+                    name, payload = result.reply_type, result.payload
+                    self._remote.limits.check(origin.node_rid, name, payload)
+                else:
+                    # Within this host's limit and the caller's: a larger reply would be dropped
+                    # by the caller's transport and its request would wait out its timeout
+                    # (MSG-6).
+                    name, payload = self._remote.limits.encode(result, origin.node_rid)
             except (TypeError, ValueError, ZLinkError) as error:
                 failure = reply_failure(error)  # as for a caller on this host (local.py)
-                answer = ErrorReply(
-                    request.reply_route,
-                    request.operation_id,
-                    origin.generation,
-                    failure.kind,
-                    failure.message,
-                )
             else:
                 answer = Reply(
                     request.reply_route, request.operation_id, origin.generation, name, payload
                 )
+                failure = None
+        if failure is not None:
+            answer = ErrorReply(
+                request.reply_route,
+                request.operation_id,
+                origin.generation,
+                failure.kind,
+                failure.message,
+            )
         try:
             mesh.reply(origin, answer)
         except ZLinkError as error:

@@ -22,9 +22,8 @@ for the route to a live owner to come up (also while the transport retries its l
 Rule 7: a lost route is a gone owner until it comes back. When the transport reports a peer's
 route lost (silence past its window, a restart), calls to ids it owns end ``UNAVAILABLE`` at
 once, and the cache forgets it, so the next call resolves again; ``RouteUp`` lifts it (ROUTE-12).
-Rule 8: the janitor sweeps: besides what a peer left at its ``PeerDown``, every ``SWEEP_LEASES``
-leases it reclaims the records of any owner run that is not live, so none is left for good when
-the host that removed the owner's node record died before reclaiming (GLOBAL-13).
+Rule 8: the janitor reclaims what a departed peer left and sweeps for what any dead run left
+(janitor.py, GLOBAL-13).
 Rule 6: shutdown settles in-flight remote requests through the transport. ``settle_all`` ends
 every request pending in the RouteMesh, and those still waiting for a route, with
 ``SHUTTING_DOWN``, so a remote request needs no cancel scope of its own.
@@ -48,13 +47,14 @@ from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import NodeRecord, PeerChanged, PeerDown, PeerUp
 from zlink_trio._runtime.routing.credit import Credits
+from zlink_trio._runtime.routing.janitor import Janitor
 from zlink_trio._runtime.routing.limits import PeerLimits
 from zlink_trio._runtime.routing.owner import STALE, Owner, Stale, Target
-from zlink_trio._wire import OperationId, Send
+from zlink_trio._wire import Metadata, OperationId, Reply, Request, Send
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, SpotId, StableTypeName
 
-__all__ = ["STALE", "SWEEP_LEASES", "Owner", "Remote"]
+__all__ = ["STALE", "Owner", "Remote"]
 
 _log = logging.getLogger("zlink_trio.runtime.remote")
 
@@ -65,10 +65,6 @@ _NO_SCOPE = contextlib.nullcontext()
 def _left(clock: Clock, deadline: float) -> float:
     """What a remote request on a test's clock has left of its budget (Rule 3)."""
     return deadline - clock.now()
-
-
-SWEEP_LEASES = 30
-"""The janitor's sweep runs every this many node leases (5 minutes at the default lease)."""
 
 
 class Remote:
@@ -86,6 +82,8 @@ class Remote:
         self._load = load
         self._store = store
         self._membership = membership
+        self.janitor = Janitor(node, membership)
+        """What this host reclaims of dead runs (janitor.py)."""
         self.mesh: RouteMesh | None = None
         self._cache: dict[Target, Owner] = {}
         self._route_waiters: dict[NodeRid, trio.Event] = {}
@@ -187,6 +185,14 @@ class Remote:
         loss or the owner's departure ends it with ``UNAVAILABLE``. ``encoded``: the message's
         encoding when the caller made it already (messaging.py Rule 8)."""
         name, payload = encoded or self._encode(message)
+        await self.send_as_is(
+            owner, Send(target, name, payload, instance_type, tuple(metadata.items()))
+        )
+
+    async def send_as_is(self, owner: Owner, send: Send) -> None:
+        """``send``, encoded already, to its target at ``owner``, unchanged (``send``; a relay
+        of a peer's send, follow.py)."""
+        target, name, payload = send.target, send.message_type, send.payload
         mesh = self._mesh()
         if mesh.is_up(owner.node_rid) is None:
             mesh = await self._route_ready(owner.node_rid, math.inf)
@@ -194,10 +200,7 @@ class Remote:
         if self.credits.is_paused(owner.node_rid, target):
             await self.credits.wait(owner.node_rid, target)  # the owner's Spot is full (OVL-2)
         try:
-            await mesh.send(
-                owner.node_rid,
-                Send(target, name, payload, instance_type, tuple(metadata.items())),
-            )
+            await mesh.send(owner.node_rid, send)
         except ZLinkError as error:
             if error.kind is ErrorKind.UNAVAILABLE:
                 self.forget(target)
@@ -222,6 +225,54 @@ class Remote:
         with ``SHUTTING_DOWN`` through the transport (Rule 6). ``on_submitted`` is called once
         the Request is in the owner's queue (the transport's hook)."""
         name, payload = encoded or self._encode(message)
+        reply = await self._call(
+            owner,
+            OperationId.new(),
+            (target, name, payload, instance_type, tuple(metadata.items())),
+            deadline,
+            on_submitted,
+        )
+        value = self._node.registry.messages.decode(reply.reply_type, reply.payload)
+        if self._node.trace is not None:
+            self._node.trace(f"reply {reply.reply_type} from {target} (remote)")
+        if not isinstance(value, reply_type):
+            raise ZLinkError(
+                ErrorKind.PROTOCOL_ERROR,
+                f"the reply is a {type(value).__qualname__}, not a {reply_type.__qualname__}",
+            )
+        return value
+
+    async def request_as_is(
+        self,
+        owner: Owner,
+        request: Request,
+        deadline: float,
+        on_submitted: Callable[[], object] | None = None,
+    ) -> Reply:
+        """``request``, encoded already, to its target at ``owner`` as the same operation: its
+        operation id, message, metadata and instance type unchanged, its budget what is left
+        of ``deadline`` (``request``; a relay of a peer's request keeps them, RELOC-29). The
+        reply as it came; an error as for ``request``."""
+        what = (
+            request.target,
+            request.message_type,
+            request.payload,
+            request.instance_spot_type,
+            request.metadata,
+        )
+        return await self._call(owner, request.operation_id, what, deadline, on_submitted)
+
+    async def _call(
+        self,
+        owner: Owner,
+        operation_id: OperationId,
+        what: tuple[Target, StableTypeName, bytes, StableTypeName | None, Metadata],
+        deadline: float,
+        on_submitted: Callable[[], object] | None,
+    ) -> Reply:
+        """The request ``what`` (target, message type, payload, instance type, metadata) as
+        operation ``operation_id``: its reply, or the error ``request`` describes."""
+        target, name, payload, instance_type, metadata = what
         try:
             mesh = self._mesh()
             if mesh.is_up(owner.node_rid) is None:
@@ -239,14 +290,14 @@ class Remote:
                 with _NO_SCOPE if trio_time else clock.scope_until(deadline):
                     reply = await mesh.request(
                         owner.node_rid,
-                        operation_id=OperationId.new(),
+                        operation_id=operation_id,
                         target=target,
                         message_type=name,
                         payload=payload,
                         timeout=remaining if trio_time else math.inf,
                         budget=None if trio_time else partial(_left, clock, deadline),
                         instance_spot_type=instance_type,
-                        metadata=tuple(metadata.items()),
+                        metadata=metadata,
                         on_submitted=on_submitted,
                     )
             if reply is None:
@@ -264,15 +315,7 @@ class Remote:
             if error.kind in (ErrorKind.NOT_FOUND, ErrorKind.UNAVAILABLE):
                 self.forget(target)
             raise
-        value = self._node.registry.messages.decode(reply.reply_type, reply.payload)
-        if self._node.trace is not None:
-            self._node.trace(f"reply {reply.reply_type} from {target} (remote)")
-        if not isinstance(value, reply_type):
-            raise ZLinkError(
-                ErrorKind.PROTOCOL_ERROR,
-                f"the reply is a {type(value).__qualname__}, not a {reply_type.__qualname__}",
-            )
-        return value
+        return reply
 
     def _encode(self, message: object) -> tuple[StableTypeName, bytes]:
         """The message's payload, within this host's message limit (MSG-1)."""
@@ -306,7 +349,7 @@ class Remote:
             nursery.start_soon(self._follow_routes, mesh)
             nursery.start_soon(self._follow_store)
             self._membership.load_from(self._load)  # read at each renewal (MESH-14)
-            nursery.start_soon(self._sweep_loop)
+            nursery.start_soon(self.janitor.sweep_loop)
             task_status.started()
 
     async def _follow_peers(self, mesh: RouteMesh) -> None:
@@ -330,8 +373,8 @@ class Remote:
                         except (ValueError, ZLinkError) as error:
                             _log.warning("cannot connect to %s: %s", record.rid, error)
                 elif isinstance(event, PeerDown):
-                    if self._is_janitor() and self._tasks is not None:
-                        self._tasks.start_soon(self._reclaim, event.rid)
+                    if self.janitor.on_duty() and self._tasks is not None:
+                        self._tasks.start_soon(self.janitor.reclaim, event.rid)
                     mesh.remove_peer(event.rid)
                     self.limits.forget(event.rid)
                     self._gone.add(event.rid)
@@ -345,28 +388,6 @@ class Remote:
         self.credits.drop_owner(owner)
         for target in [t for t, cached in self._cache.items() if cached.node_rid == owner]:
             del self._cache[target]
-
-    def _is_janitor(self) -> bool:
-        """Whether this host reclaims what peers left: the live member with the smallest RID."""
-        own = self._node.node_rid.value
-        return all(own < rid.value for rid in self._membership.peers())
-
-    async def _sweep_loop(self) -> None:
-        """Every ``SWEEP_LEASES`` leases the janitor reclaims what dead runs left (Rule 8)."""
-        while True:
-            await trio.sleep(SWEEP_LEASES * self._node.config.node_lease)
-            if self._is_janitor():
-                await self._reclaim(None)
-
-    async def _reclaim(self, owner: NodeRid | None) -> None:
-        """Delete what ``owner`` (any, for ``None``) left and nobody took (authority.py R. 6)."""
-        try:
-            removed = await self._node.authority.reclaim(owner)
-        except ZLinkError as error:
-            _log.warning("could not reclaim the records of %s: %s", owner, error)
-            return
-        if removed:
-            _log.info("reclaimed %d records that %s left", removed, owner or "dead runs")
 
     async def _follow_routes(self, mesh: RouteMesh) -> None:
         async for change in mesh.route_changes:
