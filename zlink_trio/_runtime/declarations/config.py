@@ -273,6 +273,10 @@ class HostConfig:
     relocation_follow_window: float = 30.0
     """Seconds after a Spot moved away during which what still reaches this host for it is
     relayed to its new owner (specs/relocation.md RELOC-49)."""
+    relocation_cutover_target: float = 1.0
+    """Seconds a unit's move may take from the start of its seal to its commit (or its abort)
+    before it is reported with a warning; an operational target, never a limit: the move is
+    neither cancelled nor rolled back (specs/relocation.md RELOC-31)."""
 
     def __attrs_post_init__(self) -> None:
         found = [
@@ -287,6 +291,7 @@ class HostConfig:
             _problem(check_timeout, self.closing_timeout, "closing_timeout"),
             _problem(check_timeout, self.node_lease, "node_lease"),
             _problem(check_timeout, self.relocation_follow_window, "relocation_follow_window"),
+            _problem(check_timeout, self.relocation_cutover_target, "relocation_cutover_target"),
             _problem(_check_bind_host, self.bind_host),
             _problem(_check_optional_timeout, self.instance_idle_timeout, "instance_idle_timeout"),
             _problem(_check_queue_size, self.app_job_queue_size),

@@ -38,6 +38,9 @@ RELOC-24, RELOC-25), so its record names the target first; then each member move
 Entry Actor does, announced with the Spot's id, into the shell on the target. The
 Spot closes here with ``RELOCATION_OUT`` and leaves the record alone, and what reaches this
 host for it later is relayed for the follow window (routing/follow.py, RELOC-49).
+Rule 6: a move is timed from the start of its seal to its commit, or to its abort: one over
+``HostConfig.relocation_cutover_target`` (1 s) is logged as a warning, and goes on or ends as
+it would have (RELOC-31).
 """
 
 from __future__ import annotations
@@ -264,6 +267,7 @@ async def _move(
     except Exception as error:
         _log.warning("capturing %s failed; it serves on here: %s", unit_id, error)
         _abort(units)
+        _cutover_ended(primary, target, sealing, "was given up")
         return RelocationReason.STATE_INCOMPATIBLE
     owner = Owner(target.rid)
     limit = node.config.relocation_payload_chunk_limit_bytes
@@ -354,7 +358,10 @@ async def _move(
             except (ZLinkError, trio.TooSlowError) as error:
                 _log.info("could not tell %s to drop %s: %s", target.rid, unit_id, error)
         _abort(units)
+        _cutover_ended(primary, target, sealing, "was given up")
         return reason
+    committed = trio.current_time()
+    _cutover_ended(primary, target, sealing, "committed")
     for unit in units:
         # From its close on, what still reaches this host for it is relayed (routing/follow.py).
         moved.follow(unit.target, target.rid)
@@ -362,7 +369,6 @@ async def _move(
         (unit.target.value, claim.version)
         for unit, claim in zip(units[1:], handed[1:], strict=True)
     )
-    committed = trio.current_time()
     commit = RelocateCommit(handed[0].version, members)
     if relaying is not None:  # returns once the units forward what reaches them (detached)
         await relaying.start(_hand_over, remote, moved, units, target, commit, quiet)
@@ -373,6 +379,23 @@ async def _move(
         times = MoveTimes(unit_id.value, size, sealing, sealed_at, prepared, committed, opened)
         _times.debug("%s", times)
     return None
+
+
+def _cutover_ended(unit: _Unit, target: NodeRecord, sealing: float, how: str) -> None:
+    """Rule 6: a move whose seal began longer than ``relocation_cutover_target`` ago is
+    reported, whatever its end; nothing else changes (RELOC-31)."""
+    took = trio.current_time() - sealing
+    bound = unit.node.config.relocation_cutover_target
+    if took > bound:
+        _log.warning(
+            "the move of %s to %s %s %.3f s after its seal began, over the operational target "
+            "of %.3f s (relocation_cutover_target)",
+            unit.target,
+            target.rid,
+            how,
+            took,
+            bound,
+        )
 
 
 def _abort(units: list[_Unit]) -> None:
