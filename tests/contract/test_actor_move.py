@@ -609,3 +609,45 @@ async def test_a_relocated_host_finds_what_lives_elsewhere(store_dsn: str) -> No
             with pytest.raises(zl.ZLinkError) as refused:
                 await attempt
             assert zl.ErrorKind.UNAVAILABLE == refused.value.kind
+
+
+@pytest.mark.spec("SHUT-3.1")
+@pytest.mark.parametrize("intent", ["relocate_and_shutdown", "shutdown"])
+async def test_only_relocate_then_shutdown_moves_what_the_host_held(
+    store_dsn: str, intent: str
+) -> None:
+    """A host holding a Room with a member Wallet and a Wallet of the Entry Spot, each with a
+    count: relocate-then-shutdown moves all three to the other host with their counts before it
+    stops; an immediate shutdown moves nothing, so afterwards none of them exists anywhere."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as target,
+    ):
+        async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as source:
+            await _meet(source, target)
+            await source.spots.get_or_create("s-room", "amove.Room").submit()
+            await source.route.send_to_spot("s-room", Add(3)).submit()
+            for actor_id in ("s-member", "s-entry"):
+                await source.actors.create(actor_id, "amove.Wallet").submit()
+                await source.route.send_to_actor(actor_id, Add(5)).submit()
+            await source.route.send_to_actor("s-member", Join("s-room")).submit()
+            assert "s-room" == (await _get(source, "s-member").submit()).spot
+            if intent == "shutdown":
+                await source.host.shutdown()
+            else:
+                result = await source.host.relocate_and_shutdown(deadline=20.0)
+                assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+            assert zl.HostStatus.STOPPED == source.host.status
+        here = target.node_rid.value
+        room = target.route.request_to_spot("s-room", Get(), reply_type=Count)
+        if intent == "shutdown":
+            for actor_id in ("s-member", "s-entry"):
+                assert await target.actors.find(actor_id) is None
+            with pytest.raises(zl.ZLinkError) as missing:
+                await room.submit()
+            assert zl.ErrorKind.NOT_FOUND == missing.value.kind
+        else:
+            assert Count(3, here, "s-room") == await room.submit()
+            assert Count(5, here, "s-room") == await _get(target, "s-member").submit()
+            entry = target.host._tree.spots.entry.spot_id.value  # type: ignore[union-attr]
+            assert Count(5, here, entry) == await _get(target, "s-entry").submit()
