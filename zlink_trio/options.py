@@ -41,6 +41,23 @@ class RelocationCoordinationMode(enum.Enum):
     """The Spot signals ``relocation_ready().defer()``; SPOT_WIDE only."""
 
 
+class RelocationReadyOutcome(enum.Enum):
+    """What became of a boundary a Spot signalled with ``relocation_ready().defer()``."""
+
+    CONTINUED = "continued"
+    """No relocation took it, or the one that took it ended before its commit: the Spot goes on
+    where it was."""
+    RELOCATED = "relocated"
+    """The Spot moved: the callback runs on the new instance on the target host."""
+
+
+@attrs.frozen
+class RelocationReadyCompletion:
+    """What ``Spot.on_relocation_ready_completed`` is given for one signalled boundary."""
+
+    outcome: RelocationReadyOutcome
+
+
 class TimerOverrunPolicy(enum.Enum):
     """What a timer does with ticks that fell due while its handler was still running."""
 

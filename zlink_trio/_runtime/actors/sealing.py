@@ -48,6 +48,7 @@ from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.node.envelope import Envelope, fail_one
 from zlink_trio._runtime.ownership.authority import Claim
 from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._runtime.spots.boundary import serve_again
 from zlink_trio._runtime.spots.ingress import WAKE, Hold
 from zlink_trio._runtime.spots.sealing import SealedSpot, seal
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -147,16 +148,19 @@ def _refuse_seal_after(actor: ActorActivation, spot: Activation | None) -> ZLink
     return None
 
 
-async def seal_with_members(activation: Activation) -> tuple[SealedSpot, list[SealedActor]]:
+async def seal_with_members(
+    activation: Activation, held: Hold | None = None
+) -> tuple[SealedSpot, list[SealedActor]]:
     """Seal a User Spot and every member Actor, as one unit (Rule 6): the members first (their
     turns take the Spot's gate), then the Spot, which holds every join into it; then any Actor
     that joined meanwhile is sealed too, and one that left for the Entry Spot is let go (it
-    moves on its own). Raises as ``seal`` and ``seal_actor`` do, everything let go."""
+    moves on its own). Raises as ``seal`` and ``seal_actor`` do, everything let go.
+    ``held``: the Spot's seal a signalled boundary set (``seal``'s)."""
     members: dict[ActorActivation, SealedActor] = {}
     try:
         for actor in _by_id(activation.members):
             members[actor] = await seal_actor(actor, activation)
-        sealed = await seal(activation, with_members=True)
+        sealed = await seal(activation, with_members=True, held=held)
         try:
             while True:
                 current = set(activation.members)
@@ -173,6 +177,8 @@ async def seal_with_members(activation: Activation) -> tuple[SealedSpot, list[Se
     except BaseException:
         for member in members.values():
             member.abort_if_sealed()
+        if held is not None and activation.hold is held:
+            serve_again(activation, held)  # a member's seal failed before the Spot's
         raise
     return sealed, [members[actor] for actor in _by_id(members)]
 

@@ -21,6 +21,7 @@ from zlink_trio._runtime.declarations.values import (
     SpotCreateResponse,
 )
 from zlink_trio.ids import ActorId
+from zlink_trio.options import RelocationReadyCompletion
 
 __all__ = ["Actor", "EntrySpot", "InstanceSpot", "Spot"]
 
@@ -71,6 +72,12 @@ class Spot(_SpotBase):
 
     async def on_disconnect_actor(self, actor: Any) -> None:
         """A member Actor was reported disconnected; the default does nothing (SPOT-56)."""
+
+    async def on_relocation_ready_completed(self, completion: RelocationReadyCompletion) -> None:
+        """An ``APPLICATION_SIGNALED`` Spot's ``relocation_ready().defer()`` boundary has been
+        decided: ``CONTINUED`` here, or ``RELOCATED`` on the new instance after a move. Runs as
+        a turn before any held message or tick; the default does nothing. Write it so that a
+        second call for the same boundary does no harm (SPOT-82, SPOT-85)."""
 
 
 class EntrySpot(_SpotBase):

@@ -30,6 +30,7 @@ from zlink_trio._runtime.engines.gate import current_turn
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.routing.messaging import Messaging
 from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._runtime.spots.boundary import RelocationReady
 from zlink_trio._runtime.spots.timers import SpotTimers
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, ActorRef, SpotCloseReason, SpotId, SpotKind, SpotRef
@@ -88,7 +89,8 @@ class HostReach:
 
 class SpotContext(HostReach):
     """What a Spot knows about itself and how it reaches others: ``spot_id``, ``ref``,
-    ``route``, ``spots``, ``timers``, ``workers``, and ``close()`` for an Instance Spot."""
+    ``route``, ``spots``, ``timers``, ``workers``, ``close()`` for an Instance Spot and
+    ``relocation_ready()`` for an ``APPLICATION_SIGNALED`` User Spot."""
 
     def __init__(self, messaging: Messaging, activation: Activation) -> None:
         self._messaging = messaging
@@ -126,6 +128,13 @@ class SpotContext(HostReach):
         """This activation's logical timers: ``start(name, interval, options=None)``,
         ``stop(name)``."""
         return self._live().timers
+
+    def relocation_ready(self) -> RelocationReady:
+        """``relocation_ready().defer()`` in a message or timer turn of an
+        ``APPLICATION_SIGNALED`` User Spot: the Spot may move once this turn ends, and
+        ``on_relocation_ready_completed`` says what became of it (SPOT-81, SPOT-82).
+        ``INVALID_OPERATION`` anywhere else and a second time in one turn (SPOT-84)."""
+        return RelocationReady(self._activation)
 
     async def close(self) -> None:
         """Close this Instance Spot with reason ``EXPLICIT_CLOSE``. Messages already admitted

@@ -80,6 +80,9 @@ class RelocateIn:
     payload: bytes | None = None
     """The whole adapter payload, when it is one chunk and fits in this message with the rest
     (``chunks`` is then 1 and no ``RelocateChunk`` follows): one round trip less (RELOC-71)."""
+    ready: bool = False
+    """A Spot sealed at the boundary it signalled: the target tells the restored instance
+    ``RELOCATED`` before anything runs (spots/boundary.py Rule 3)."""
 
 
 @attrs.frozen

@@ -97,7 +97,7 @@ class Turn:
     """The turn a task is running: which gate it holds, the task that holds it, and what must
     happen before the turn first gives its gate back (Rule 3)."""
 
-    __slots__ = ("actor", "gate", "joins", "on_yield", "task")
+    __slots__ = ("actor", "boundary", "gate", "joins", "on_yield", "task")
 
     def __init__(
         self,
@@ -112,6 +112,10 @@ class Turn:
         """The Actor activation whose turn this is, or ``None`` for a Spot turn (Rule 5)."""
         self.joins: list[object] = []
         """Joins deferred during this turn, in call order (Rule 5)."""
+        self.boundary: bool | None = None
+        """``None``: this turn cannot signal a relocation boundary; ``False``: it can
+        (a message or tick turn of an ``APPLICATION_SIGNALED`` Spot); ``True``: it did
+        (spots/boundary.py)."""
 
     async def wait_outside(self, work: Callable[[], Awaitable[T]]) -> T:
         """``ExecutionGate.wait_outside`` for this turn, running its ``on_yield`` hook first."""

@@ -41,6 +41,8 @@ host for it later is relayed for the follow window (routing/follow.py, RELOC-49)
 Rule 6: a move is timed from the start of its seal to its commit, or to its abort: one over
 ``HostConfig.relocation_cutover_target`` (1 s) is logged as a warning, and goes on or ends as
 it would have (RELOC-31).
+Rule 7: an ``APPLICATION_SIGNALED`` Spot is sealed only at a boundary it signals: its move
+waits for the next one within its deadline, and stays here when none comes (spots/boundary.py).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ from zlink_trio._runtime.routing.forward import relay, starts_once
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
+from zlink_trio._runtime.spots.boundary import BoundaryWanted, signals
+from zlink_trio._runtime.spots.ingress import Hold
 from zlink_trio._runtime.spots.sealing import seal
 from zlink_trio._runtime.spots.transfer import payload_chunks, timer_state_to_wire
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -144,6 +148,12 @@ async def move_spot(
     (Trio's clock); ``None`` once the target owns it, else why it stayed here (Rules 1-4)."""
     with trio.move_on_at(deadline):
         await activation.settled.wait()  # a Spot still activating is moved once it is Ready
+    held = None
+    if signals(activation.spot_type):  # it moves only at a boundary it signals (Rule 1)
+        held = await _boundary(activation, deadline)
+        if held is None:
+            _log.info("%s signalled no relocation boundary in time", activation.spot_id)
+            return RelocationReason.DEADLINE_EXCEEDED
     sealing = trio.current_time()
     shell = activation.spot_type.mode is SpotFactoryMode.PER_ACTOR
     members: list[SealedActor]
@@ -151,9 +161,9 @@ async def move_spot(
         if shell:  # its members move one by one after it (Rule 5)
             sealed, members = await seal(activation, shell=True), []
         elif activation.members:
-            sealed, members = await seal_with_members(activation)
+            sealed, members = await seal_with_members(activation, held)
         else:
-            sealed, members = await seal(activation), []
+            sealed, members = await seal(activation, held=held), []
     except ZLinkError as error:
         _log.info("%s cannot be moved now: %s", activation.spot_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
@@ -169,7 +179,7 @@ async def move_spot(
             activation.node,
             sealed,
             snapshot.entries,
-            lambda chunks: RelocateIn(kind, name, generation, timers, chunks),
+            lambda chunks: RelocateIn(kind, name, generation, timers, chunks, ready=snapshot.ready),
             activation.spot_type.name if activation.kind is SpotKind.INSTANCE else None,
             activation.closed,
         )
@@ -177,6 +187,18 @@ async def move_spot(
     units.extend(_actor_unit(member, activation.spot_id.value) for member in members)
     with moved.under_way():
         return await _move(remote, moved, units, target, deadline, sealing)
+
+
+async def _boundary(activation: Activation, deadline: float) -> Hold | None:
+    """Wait for the next relocation boundary ``activation`` signals, which seals it; ``None``
+    when none came before ``deadline`` (spots/boundary.py Rules 2, 4)."""
+    wanted = BoundaryWanted()
+    activation.boundary_wanted = wanted
+    with trio.move_on_at(deadline):
+        await wanted.reached.wait()
+    if activation.boundary_wanted is wanted:
+        activation.boundary_wanted = None
+    return wanted.hold
 
 
 async def move_actor(

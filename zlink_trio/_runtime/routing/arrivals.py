@@ -219,6 +219,7 @@ class Arrivals:
             (),
             timer_states_from_wire(message.timers, now),
             now,
+            message.ready,
         )
 
         async def restore(claim: Claim, payload: bytes | None) -> Restored:

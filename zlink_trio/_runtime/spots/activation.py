@@ -104,6 +104,7 @@ from zlink_trio._runtime.engines.mailbox import Burst, Retired
 from zlink_trio._runtime.engines.timers import TickDeferred, TimerTick
 from zlink_trio._runtime.node.envelope import Envelope, expired, fail_one, handler_failed, reply
 from zlink_trio._runtime.ownership.authority import Claim, Held
+from zlink_trio._runtime.spots.boundary import BoundaryWanted, at_boundary, signals
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.ingress import WAKE, SpotIngress
 from zlink_trio._runtime.spots.timers import SpotTimers
@@ -153,9 +154,11 @@ class Activation(SpotIngress):
         "_parked",
         "_scopes",
         "_settled",
+        "_signals",
         "_starting",
         "_timers",
         "_unsettled",
+        "boundary_wanted",
         "catalog",
         "forward_to",
         "gate",
@@ -224,6 +227,10 @@ class Activation(SpotIngress):
         self.restoring: Callable[[Any], Awaitable[None]] | None = None
         """Set for an incarnation restored from a snapshot (sealing.py): runs instead of the
         lifecycle callbacks, which ran for this generation already."""
+        self._signals = signals(spot_type)
+        """Its turns may signal a relocation boundary (spots/boundary.py Rule 1)."""
+        self.boundary_wanted: BoundaryWanted | None = None
+        """A move waiting for its next signalled boundary (spots/boundary.py Rule 2)."""
         # Known to shutdown from the moment it exists, even before its task first runs.
         catalog.live.add(self)
 
@@ -653,7 +660,10 @@ class Activation(SpotIngress):
             if self.hold is not None:  # sealed: the tick stays pending (Rule 9)
                 gate.release()
                 raise TickDeferred
-        token = enter_turn(Turn(self.shared_gate))
+        turn = Turn(self.shared_gate)
+        if self._signals:
+            turn.boundary = False
+        token = enter_turn(turn)
         self._turn_started()
         if self.node.trace is not None:
             self.node.trace(f"tick {method} of {self.traced_name()} starts")
@@ -662,6 +672,8 @@ class Activation(SpotIngress):
             await self.node.fence.wait_serving()
             if self.state is ActivationState.READY:
                 await getattr(self._instance, method)(tick)
+                if turn.boundary:
+                    await at_boundary(self)
         finally:
             if self.node.trace is not None:
                 self.node.trace(f"tick {method} of {self.traced_name()} ends")
@@ -673,7 +685,10 @@ class Activation(SpotIngress):
     async def _turn(self, envelope: Envelope, on_yield: Callable[[], None]) -> None:
         """One message turn; the caller holds the gate, and the turn gives it back at its end."""
         handler = envelope.handler
-        token = enter_turn(Turn(self.shared_gate, on_yield))
+        turn = Turn(self.shared_gate, on_yield)
+        if self._signals:
+            turn.boundary = False
+        token = enter_turn(turn)
         self._turn_started()
         if self.node.trace is not None:
             self.node.trace(f"turn {handler.name} of {self.traced_name()} starts")
@@ -710,6 +725,8 @@ class Activation(SpotIngress):
                     result,
                     f"Spot {self.spot_id}",
                 )
+            if turn.boundary:
+                await at_boundary(self)
         finally:
             if self.node.trace is not None:
                 self.node.trace(f"turn {handler.name} of {self.traced_name()} ends")

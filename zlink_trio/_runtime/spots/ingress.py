@@ -63,6 +63,9 @@ class Hold:
         """Set when the seal ends: aborted, broken by host shutdown, or detached."""
         self.broken = False
         """Host shutdown began while sealed: the Spot closes instead."""
+        self.continuing = False
+        """A signalled boundary set this seal and the Spot is told ``CONTINUED`` before it
+        serves again (spots/boundary.py Rule 3)."""
 
     def reopened(self) -> list[Entry]:
         """End the seal as if it had never been: what it left unrun, then what it held, in the

@@ -33,7 +33,9 @@ timer is started again by the application; nobody reaches it yet. ``take`` queue
 messages behind the snapshot's; ``admit`` registers it under the id, so what is offered to it
 waits in its mailbox; ``open`` lets it serve: its first turns are the snapshot's entries, then
 what it took, then what was offered to it, and its timers start only now that it is Ready
-(TIMER-16, TIMER-17). Messages carried over hold no job permit here.
+(TIMER-16, TIMER-17). Messages carried over hold no job permit here. A Spot that a boundary
+it signalled sealed (``seal(held=...)``, spots/boundary.py) is told ``RELOCATED`` first, and on
+an abort ``CONTINUED`` before it serves again.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from zlink_trio._runtime.engines.timers import TimerState
 from zlink_trio._runtime.node.envelope import Envelope, fail_one
 from zlink_trio._runtime.ownership.authority import Claim
 from zlink_trio._runtime.spots.activation import Activation, ActivationState
+from zlink_trio._runtime.spots.boundary import ready_completed, serve_again
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.ingress import Hold
 from zlink_trio.errors import ErrorKind, ZLinkError
@@ -63,7 +66,7 @@ from zlink_trio.ids import (
     SpotKind,
     StableTypeName,
 )
-from zlink_trio.options import SpotFactoryMode
+from zlink_trio.options import RelocationReadyOutcome, SpotFactoryMode
 
 __all__ = ["RestoredSpot", "SealedSpot", "SpotSnapshot", "prepare_restore", "seal"]
 
@@ -92,15 +95,20 @@ class SpotSnapshot:
     timers: tuple[TimerState, ...]
     captured_at: float
     """The source's application clock at the capture."""
+    ready: bool = False
+    """A boundary the Spot signalled sealed it: the restored instance is told ``RELOCATED``
+    before anything runs (spots/boundary.py Rule 3)."""
 
 
-def _refuse_seal(activation: Activation, with_members: bool, shell: bool) -> ZLinkError | None:
+def _refuse_seal(
+    activation: Activation, with_members: bool, shell: bool, held: Hold | None
+) -> ZLinkError | None:
     spot_id = activation.spot_id
     if activation.state is ActivationState.ACTIVATING:
         return ZLinkError(ErrorKind.UNAVAILABLE, f"{spot_id} is still activating")
     if activation.state is not ActivationState.READY:
         return ZLinkError(ErrorKind.UNAVAILABLE, f"{spot_id} is closing; it cannot be sealed")
-    if activation.hold is not None:
+    if activation.hold is not held:
         return ZLinkError(ErrorKind.INVALID_OPERATION, f"{spot_id} is sealed already")
     spot_type = activation.spot_type
     if spot_type.kind is SpotKind.ENTRY:
@@ -116,20 +124,30 @@ def _refuse_seal(activation: Activation, with_members: bool, shell: bool) -> ZLi
 
 
 async def seal(
-    activation: Activation, *, with_members: bool = False, shell: bool = False
+    activation: Activation,
+    *,
+    with_members: bool = False,
+    shell: bool = False,
+    held: Hold | None = None,
 ) -> SealedSpot:
     """Seal ``activation`` at a turn boundary (Rule 1). ``UNAVAILABLE`` when it is activating or
     closing (or host shutdown breaks the seal), ``INVALID_OPERATION`` when it is sealed already
     or cannot move as one unit (an Entry Spot, a PER_ACTOR Spot, a Spot with members unless
     ``with_members``: its members are sealed by the caller, actors/sealing.py). ``shell``
     seals a PER_ACTOR Spot's own lane only: its members run on, and move one by one after it
-    (RELOC-26)."""
-    refused = _refuse_seal(activation, with_members, shell)
+    (RELOC-26). ``held``: the seal a signalled boundary set already (spots/boundary.py Rule
+    2); a seal that fails then tells the Spot ``CONTINUED`` before it serves again."""
+    refused = _refuse_seal(activation, with_members, shell, held)
     if refused is not None:
+        if held is not None and activation.hold is held:
+            serve_again(activation, held)
         raise refused
-    hold = Hold()
-    activation.hold = hold
-    activation.timers.pause()
+    if held is None:
+        hold = Hold()
+        activation.hold = hold
+        activation.timers.pause()
+    else:
+        hold = held
     gate = activation.gate
     try:
         while not hold.broken:
@@ -150,21 +168,26 @@ async def seal(
             # The barrier failed: admission as it was (SPOT-76). What is queued still goes
             # before what was held.
             hold.unrun = activation.take_queued()
-            activation.reopen()
-            activation.timers.resume()
+            if held is not None:
+                serve_again(activation, held)
+            else:
+                activation.reopen()
+                activation.timers.resume()
         raise
     if hold.broken:
         raise shutting_down()
     hold.unrun = activation.take_queued()
-    return SealedSpot(activation, hold)
+    return SealedSpot(activation, hold, signalled=held is not None)
 
 
 class SealedSpot:
     """A sealed activation: ``capture()``, then ``abort()`` or ``detach(forward)``."""
 
-    def __init__(self, activation: Activation, hold: Hold) -> None:
+    def __init__(self, activation: Activation, hold: Hold, *, signalled: bool = False) -> None:
         self.activation = activation
         self._hold = hold
+        self._signalled = signalled
+        """A boundary the Spot signalled sealed it (spots/boundary.py)."""
         self._cut: int | None = None
         """How many held entries the last capture took (``None``: none yet)."""
         self._ended = False
@@ -194,6 +217,7 @@ class SealedSpot:
             entries=(*(envelope for envelope, _ in hold.unrun), *hold.held),
             timers=activation.timers.states(now),
             captured_at=now,
+            ready=self._signalled,
         )
 
     async def capture_payload(self) -> bytes | None:
@@ -206,9 +230,13 @@ class SealedSpot:
         return await capture_payload(adapter(), self.activation._instance)
 
     def abort(self) -> None:
-        """Serve again as if never sealed (Rule 3)."""
-        self._live()
+        """Serve again as if never sealed (Rule 3); after ``CONTINUED`` if a signalled
+        boundary sealed it (spots/boundary.py Rule 3)."""
+        hold = self._live()
         self._ended = True
+        if self._signalled:
+            serve_again(self.activation, hold)
+            return
         self.activation.reopen()
         self.activation.timers.resume()
 
@@ -265,6 +293,8 @@ async def prepare_restore(
         await restored._opened.wait()
         if restored._discarded:
             raise ZLinkError(ErrorKind.UNAVAILABLE, f"the move of {snapshot.spot_id} ended")
+        if snapshot.ready:  # under the gate, before anything the Spot holds runs
+            await ready_completed(activation, RelocationReadyOutcome.RELOCATED)
 
     activation.restoring = restore
     node.activation_nursery.start_soon(restored._run)
