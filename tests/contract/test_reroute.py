@@ -104,14 +104,14 @@ async def test_a_senders_next_call_waits_for_its_send_relayed_by_the_old_owner(
         )
         assert zl.RelocationOutcome.RELOCATED == moved.outcome, moved
         old_remote = _tree(old).remote
-        relay_send = old_remote.send
+        relay_send = old_remote.send_as_is  # what every send of the old owner goes through
 
-        async def held_send(owner: Owner, target: object, *args: Any, **kwargs: Any) -> None:
-            if target == room:  # the injected delay: the old owner's relay is slow
+        async def held_send(owner: Owner, send: Any) -> None:
+            if send.target == room:  # the injected delay: the old owner's relay is slow
                 await release.wait()
-            await relay_send(owner, target, *args, **kwargs)
+            await relay_send(owner, send)
 
-        old_remote.send = held_send
+        old_remote.send_as_is = held_send
         asked: list[Seen] = []
         with trio.fail_after(15):
             await forgot.wait()

@@ -1,6 +1,11 @@
 """Global addressing, outbound: reaching Spots and Actors owned by other hosts of the mesh
 (specs/global.md; specs/completion.md CMP-4.3, CMP-4.7, CMP-5.12, CMP-5.20; MESH-19).
 
+Longer than 400 lines: one class, this host's end of global addressing, whose state (the routing
+cache, the peers gone or lost, the calls waiting for a route) every outbound call and every task
+following the store, the membership and the transport reads and changes; split, each rule about
+when a call ends ``UNAVAILABLE`` would be read in two places. The janitor is apart (janitor.py).
+
 Rule 1: the store says who owns an id; the routing cache remembers it. A call whose target is not
 local reads the target's authority record (the resolve counts inside a request's deadline) and
 keeps ``id -> owner`` in a cache. The cache forgets an entry when a store change hint names its
