@@ -651,3 +651,34 @@ async def test_only_relocate_then_shutdown_moves_what_the_host_held(
             assert Count(5, here, "s-room") == await _get(target, "s-member").submit()
             entry = target.host._tree.spots.entry.spot_id.value  # type: ignore[union-attr]
             assert Count(5, here, entry) == await _get(target, "s-entry").submit()
+
+
+@pytest.mark.spec("SHUT-4.11")
+async def test_what_a_host_that_shut_down_held_can_be_made_again_elsewhere(
+    store_dsn: str,
+) -> None:
+    """After an immediate shutdown of the host holding a Room and a Wallet, the other host
+    creates both again under their ids: the Room with a newer generation, the Wallet anew."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as other,
+    ):
+        async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=other.mesh) as host:
+            await _meet(host, other)
+            old = await host.spots.get_or_create("g-room", "amove.Room").submit()
+            await host.actors.create("g-wallet", "amove.Wallet").submit()
+            await host.route.send_to_actor("g-wallet", Add(5)).submit()
+            await host.host.shutdown()
+        authority = other.host._node.authority
+        assert await authority.read(zl.SpotId("g-room")) is None  # released, not left stale
+        assert await authority.read(zl.ActorId("g-wallet")) is None
+        room = await other.spots.get_or_create("g-room", "amove.Room").submit()
+        assert room.spot_ref is not None
+        assert old.spot_ref is not None
+        assert other.node_rid == room.spot_ref.node_rid
+        assert room.spot_ref.object_generation.value > old.spot_ref.object_generation.value
+        created = await other.actors.create("g-wallet", "amove.Wallet").submit()
+        assert created.actor_ref is not None
+        assert other.node_rid == created.actor_ref.node_rid
+        entry = other.host._tree.spots.entry.spot_id.value  # type: ignore[union-attr]
+        assert Count(0, other.node_rid.value, entry) == await _get(other, "g-wallet").submit()

@@ -389,3 +389,43 @@ async def test_a_join_that_moved_the_actor_leaves_it_forwarding_when_it_returns(
             await settled.wait()
         assert [True] == forwarding
         assert target.node_rid.value == completed[0][1]
+
+
+@pytest.mark.spec("SPOT-60")
+async def test_a_join_here_keeps_the_instance_and_a_move_makes_a_new_one(store_dsn: str) -> None:
+    """A Purse joins a Lobby on its own host: the same instance serves it there. It then joins
+    the Lobby of the other host: a new instance serves it there, with its count. A Purse alone
+    on a third host that relocates is served by a new instance where it went, with its count."""
+    _reset()
+    async with _two_hosts(store_dsn) as (source, target):
+        await source.spots.get_or_create("lobby-here", "ajoin.Lobby").submit()
+        await source.actors.create("p-60", "ajoin.Purse").submit()
+        await source.route.send_to_actor("p-60", Add(6)).submit()
+
+        def instance(host: TestHost, actor_id: str) -> object:
+            actors = host.host._tree.actors.actors  # type: ignore[union-attr]
+            return actors[zl.ActorId(actor_id)].instance
+
+        first = instance(source, "p-60")
+        await source.route.send_to_actor("p-60", Join(("lobby-here",))).submit()
+        assert Count(6, source.node_rid.value, "lobby-here") == await _get(source, "p-60").submit()
+        assert instance(source, "p-60") is first
+        await source.route.send_to_actor("p-60", Join(("lobby",))).submit()
+        with trio.fail_after(10):
+            await settled.wait()
+        assert Count(6, target.node_rid.value, "lobby") == await _get(target, "p-60").submit()
+        assert instance(target, "p-60") is not first
+
+        async with open_test_host(app, dsn=store_dsn, mesh=source.mesh) as third:
+            for other in (source, target):
+                with trio.fail_after(10):
+                    await third.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
+            await third.actors.create("p-61", "ajoin.Purse").submit()
+            await third.route.send_to_actor("p-61", Add(7)).submit()
+            before = instance(third, "p-61")
+            result = await third.host.relocate(deadline=20.0)
+            assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+            count = await _get(source, "p-61").submit()
+            assert 7 == count.value
+            now = source if count.node == source.node_rid.value else target
+            assert instance(now, "p-61") is not before
