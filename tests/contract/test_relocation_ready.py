@@ -5,6 +5,8 @@ host, before anything the Spot held runs."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -193,6 +195,33 @@ async def _waiting_for_boundary(host: TestHost, spot_id: str) -> None:
             await trio.sleep(0.001)
 
 
+@contextlib.asynccontextmanager
+async def _two_hosts(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost]]:
+    """A source and a target host of one mesh that see each other."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        yield source, target
+
+
+@contextlib.asynccontextmanager
+async def _relocating(source: TestHost, spot_id: str) -> AsyncIterator[list[zl.RelocationResult]]:
+    """``source`` relocates in the background; the block runs once its move of ``spot_id``
+    waits for the Spot's boundary, and the relocation's result is in the list after it."""
+    results: list[zl.RelocationResult] = []
+    async with trio.open_nursery() as nursery:
+
+        async def relocate() -> None:
+            results.append(await source.host.relocate(deadline=20.0))
+
+        nursery.start_soon(relocate)
+        await _waiting_for_boundary(source, spot_id)
+        yield results
+
+
 async def _round(host: TestHost, spot_id: str, value: int) -> None:
     await host.spots.get_or_create(spot_id, "ready.Round").submit()
     await host.route.send_to_spot(spot_id, Add(value)).submit()
@@ -254,21 +283,9 @@ async def test_a_relocation_moves_the_spot_at_its_boundary_and_it_hears_relocate
     ``RELOCATED`` on the target, with its state, before the next message; the source never
     hears ``CONTINUED``."""
     _reset()
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _meet(source, target)
+    async with _two_hosts(store_dsn) as (source, target):
         await _round(source, "r-3", 4)
-        results: list[zl.RelocationResult] = []
-        async with trio.open_nursery() as nursery:
-
-            async def relocate() -> None:
-                results.append(await source.host.relocate(deadline=20.0))
-
-            nursery.start_soon(relocate)
-            await _waiting_for_boundary(source, "r-3")
+        async with _relocating(source, "r-3") as results:
             await source.route.send_to_spot("r-3", Add(1)).submit()  # the round goes on
             count = await source.route.request_to_spot("r-3", Get(), reply_type=Count).submit()
             assert Count(5, source.node_rid.value) == count
@@ -290,22 +307,10 @@ async def test_a_move_given_up_after_the_boundary_continues_on_the_source(
     Round hears ``CONTINUED`` on the source before what it held runs there, with its state."""
     global capture_fails
     _reset()
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _meet(source, target)
+    async with _two_hosts(store_dsn) as (source, target):
         await _round(source, "r-4", 4)
         capture_fails = True
-        results: list[zl.RelocationResult] = []
-        async with trio.open_nursery() as nursery:
-
-            async def relocate() -> None:
-                results.append(await source.host.relocate(deadline=20.0))
-
-            nursery.start_soon(relocate)
-            await _waiting_for_boundary(source, "r-4")
+        async with _relocating(source, "r-4") as results:
             await source.route.send_to_spot("r-4", Finish()).submit()
             await source.route.send_to_spot("r-4", Add(2)).submit()  # held at the boundary
         assert (zl.RelocationOutcome.BLOCKED, zl.RelocationReason.STATE_INCOMPATIBLE) == (
@@ -326,12 +331,7 @@ async def test_a_spot_that_signals_no_boundary_stays_where_it_is(store_dsn: str)
     """A relocation whose deadline passes before the Round signals ends blocked with
     ``DEADLINE_EXCEEDED``; the Round serves on the source, unsealed, and no callback ran."""
     _reset()
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _meet(source, target)
+    async with _two_hosts(store_dsn) as (source, target):
         await _round(source, "r-5", 4)
         result = await source.host.relocate(deadline=0.5)
         assert (zl.RelocationOutcome.BLOCKED, zl.RelocationReason.DEADLINE_EXCEEDED) == (
@@ -411,25 +411,13 @@ async def test_a_round_moves_with_its_member_at_its_boundary(store_dsn: str) -> 
     both move, and the Round hears ``RELOCATED`` on the target, where the Player is its
     member."""
     _reset()
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-    ):
-        await _meet(source, target)
+    async with _two_hosts(store_dsn) as (source, target):
         await _round(source, "r-9", 3)
         await source.actors.create("p-9", "ready.Player").submit()
         await source.route.send_to_actor("p-9", Join("r-9")).submit()
         get = source.route.request_to_actor("p-9", Get(), reply_type=Count)
         assert f"{source.node_rid.value} r-9" == (await get.submit()).node
-        results: list[zl.RelocationResult] = []
-        async with trio.open_nursery() as nursery:
-
-            async def relocate() -> None:
-                results.append(await source.host.relocate(deadline=20.0))
-
-            nursery.start_soon(relocate)
-            await _waiting_for_boundary(source, "r-9")
+        async with _relocating(source, "r-9") as results:
             await source.route.send_to_spot("r-9", Finish()).submit()
         assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
         there = target.node_rid.value
