@@ -149,7 +149,7 @@ async def move_spot(
     with trio.move_on_at(deadline):
         await activation.settled.wait()  # a Spot still activating is moved once it is Ready
     held = None
-    if signals(activation.spot_type):  # it moves only at a boundary it signals (Rule 1)
+    if signals(activation.spot_type):  # it moves only at a boundary it signals (Rule 7)
         held = await _boundary(activation, deadline)
         if held is None:
             _log.info("%s signalled no relocation boundary in time", activation.spot_id)
@@ -289,7 +289,7 @@ async def _move(
     except Exception as error:
         _log.warning("capturing %s failed; it serves on here: %s", unit_id, error)
         _abort(units)
-        _cutover_ended(primary, target, sealing, "was given up")
+        _cutover_ended(primary, target, trio.current_time() - sealing, "was given up")
         return RelocationReason.STATE_INCOMPATIBLE
     owner = Owner(target.rid)
     limit = node.config.relocation_payload_chunk_limit_bytes
@@ -380,10 +380,10 @@ async def _move(
             except (ZLinkError, trio.TooSlowError) as error:
                 _log.info("could not tell %s to drop %s: %s", target.rid, unit_id, error)
         _abort(units)
-        _cutover_ended(primary, target, sealing, "was given up")
+        _cutover_ended(primary, target, trio.current_time() - sealing, "was given up")
         return reason
     committed = trio.current_time()
-    _cutover_ended(primary, target, sealing, "committed")
+    _cutover_ended(primary, target, committed - sealing, "committed")
     for unit in units:
         # From its close on, what still reaches this host for it is relayed (routing/follow.py).
         moved.follow(unit.target, target.rid)
@@ -403,10 +403,9 @@ async def _move(
     return None
 
 
-def _cutover_ended(unit: _Unit, target: NodeRecord, sealing: float, how: str) -> None:
-    """Rule 6: a move whose seal began longer than ``relocation_cutover_target`` ago is
-    reported, whatever its end; nothing else changes (RELOC-31)."""
-    took = trio.current_time() - sealing
+def _cutover_ended(unit: _Unit, target: NodeRecord, took: float, how: str) -> None:
+    """Rule 6: a move that ``took`` longer than ``relocation_cutover_target`` from the start
+    of its seal is reported, whatever its end; nothing else changes (RELOC-31)."""
     bound = unit.node.config.relocation_cutover_target
     if took > bound:
         _log.warning(

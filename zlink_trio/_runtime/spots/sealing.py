@@ -168,16 +168,22 @@ async def seal(
             # The barrier failed: admission as it was (SPOT-76). What is queued still goes
             # before what was held.
             hold.unrun = activation.take_queued()
-            if held is not None:
-                serve_again(activation, held)
-            else:
-                activation.reopen()
-                activation.timers.resume()
+            _serve_again(activation, hold, signalled=held is not None)
         raise
     if hold.broken:
         raise shutting_down()
     hold.unrun = activation.take_queued()
     return SealedSpot(activation, hold, signalled=held is not None)
+
+
+def _serve_again(activation: Activation, hold: Hold, *, signalled: bool) -> None:
+    """End ``hold`` as if never sealed (Rule 3), after ``CONTINUED`` when a signalled
+    boundary set it (spots/boundary.py Rule 3)."""
+    if signalled:
+        serve_again(activation, hold)
+    else:
+        activation.reopen()
+        activation.timers.resume()
 
 
 class SealedSpot:
@@ -234,11 +240,7 @@ class SealedSpot:
         boundary sealed it (spots/boundary.py Rule 3)."""
         hold = self._live()
         self._ended = True
-        if self._signalled:
-            serve_again(self.activation, hold)
-            return
-        self.activation.reopen()
-        self.activation.timers.resume()
+        _serve_again(self.activation, hold, signalled=self._signalled)
 
     def detach(self, forward: Callable[[Envelope], None], *, closing: bool = True) -> None:
         """Hand over for good and start closing with ``RELOCATION_OUT`` (Rule 4); ``forward``
