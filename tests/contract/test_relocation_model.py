@@ -837,7 +837,12 @@ async def test_a_sender_that_learns_the_new_owner_early_keeps_its_order(store_ds
                 await target.route.send_to_spot("u-keep", Note("t", 1)).submit()
                 with trio.fail_after(10):
                     await admitted.wait()
-            answer = await request(owner, spot_id, message, *args, **named)
+            return await request(owner, spot_id, message, *args, **named)
+
+        tell = remote.tell
+
+        async def tell_then(owner: Any, spot_id: Any, message: Any) -> None:
+            await tell(owner, spot_id, message)
             if type(message).__name__ == "RelocateCommit":
                 # T owns the Spot now: its next call goes there directly, before S relays m1.
                 # RELOC-70 would hold it until the relay; forgotten here, so that RELOC-60
@@ -845,9 +850,9 @@ async def test_a_sender_that_learns_the_new_owner_early_keeps_its_order(store_ds
                 target.host._messaging.reroutes._previous.clear()
                 await target.route.send_to_spot("u-keep", Note("t", 2)).submit()
                 await trio.testing.wait_all_tasks_blocked()
-            return answer
 
         remote.request = request_then  # type: ignore[method-assign]
+        remote.tell = tell_then  # type: ignore[method-assign]
         assert zl.RelocationOutcome.RELOCATED == (await source.host.relocate(deadline=10.0)).outcome
         await source.wait_quiet()
         order = [(e.sender, e.seq) for e in handled.get(("u-keep", generation), [])]

@@ -4,6 +4,7 @@ messages that waited at the seal, answered from the target."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,7 +17,7 @@ import trio.testing
 import zlink_trio as zl
 from tests.contract.early_sender import send_early_after_commit
 from zlink_trio._integration.store import Applied, Batch, Found
-from zlink_trio._runtime.declarations.system import RelocateAnswer
+from zlink_trio._runtime.declarations.system import RelocateAnswer, RelocateCommit
 from zlink_trio._runtime.host import tree
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.routing.owner import Owner
@@ -469,6 +470,36 @@ async def test_the_commit_the_relay_and_the_open_travel_together_and_are_taken_i
             ("before", moved_to),
             ("after", moved_to),
         ] == marks
+
+
+@pytest.mark.spec("RELOC-73")
+async def test_a_commit_with_no_move_of_its_unit_under_way_is_dropped(
+    store_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The commit is one way: a ``RelocateCommit`` that reaches a host where its unit is not
+    moving in is dropped with an error that names it, never handed on as a send to a Spot."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await target.route.send_to_spot("c-9", Add(1)).instance_spot("move.Counter").submit()
+        remote = source.host._tree.remote
+        assert remote is not None
+        await remote.tell(Owner(target.node_rid), zl.SpotId("c-9"), RelocateCommit(1))
+        sent = remote.mesh.traffic.sent[target.node_rid]  # type: ignore[union-attr]
+        traffic = target.host._tree.remote.mesh.traffic  # type: ignore[union-attr]
+        with trio.fail_after(10):
+            while traffic.received[source.node_rid] < sent:  # noqa: ASYNC110  # libzmq's thread
+                await trio.sleep(0.01)
+        await target.wait_quiet()
+        count = await target.route.request_to_spot("c-9", Get(), reply_type=Count).submit()
+        assert 1 == count.value
+    dropped = [r for r in caplog.records if "no move of it is under way here" in r.getMessage()]
+    assert [logging.ERROR] == [record.levelno for record in dropped]
+    assert "zlink.RelocateCommit" in dropped[0].getMessage()
+    assert not [r for r in caplog.records if "was not admitted" in r.getMessage()]
 
 
 @pytest.mark.spec("RELOC-60")

@@ -108,16 +108,15 @@ def _hold_commit(monkeypatch: pytest.MonkeyPatch) -> tuple[trio.Event, trio.Even
     set when the commit is written (so the store names the target already), the second lets it
     go on."""
     arrived, go_on = trio.Event(), trio.Event()
-    tell = moving._tell
+    tell = moving._tell_commit
 
     @functools.wraps(tell)
-    async def held(remote: Any, unit: Any, target: Any, what: object, **kwargs: Any) -> None:
-        if isinstance(what, RelocateCommit):
-            arrived.set()
-            await go_on.wait()
-        await tell(remote, unit, target, what, **kwargs)
+    async def held(remote: Any, unit: Any, target: Any, commit: RelocateCommit) -> None:
+        arrived.set()
+        await go_on.wait()
+        await tell(remote, unit, target, commit)
 
-    monkeypatch.setattr(moving, "_tell", held)
+    monkeypatch.setattr(moving, "_tell_commit", held)
     return arrived, go_on
 
 

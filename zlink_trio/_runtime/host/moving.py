@@ -14,19 +14,19 @@ this host holds is rewritten, on its version, to name the target run with the sa
 generation (RELOC-23). Anything that fails before it (the target refuses or is unreachable, the
 deadline passes, the record moved, this run's lease is not good) aborts: the target drops what it
 prepared and the Spot serves here again as if never sealed (RELOC-36, SHUT-3.9).
-Rule 3: after the commit the target owns the unit. It is told so (``RelocateCommit``: it admits
-what others send, unrun); then everything the seal kept here, queued first and held after, is
-relayed to it in order as the same sends and requests (routing/forward.py), and
+Rule 3: after the commit the target owns the unit. It is told so, one way (``RelocateCommit``:
+it admits what others send, unrun); then everything the seal kept here, queued first and held
+after, is relayed to it in order as the same sends and requests (routing/forward.py), and
 ``RelocateOpen`` follows on the same connection, so the target serves the relayed messages
 before anything a sender sent it directly (per-sender order, RELOC-60). The three go out one
-after the other, each once the one before is on its way, and only the answers are waited for
-(the target's reader takes them in order, RELOC-73). A move alone on this host commits quietly
-and is published to every host once the target has answered the open (RELOC-76), so the
-callers' re-reads and the store's signals to every host come after the unit serves, not while it
-is sealed; with other moves under way the commit notifies as it writes (one statement more per
-move would cost a host relocation of many units more than it saves). A request's reply comes
-back here and completes its caller's call, so callers see one call with one outcome; whatever
-still reaches the sealed Spot is relayed after.
+after the other, each once the one before is on its way, and only the open's answer and the
+relayed requests' replies are waited for (the target's reader takes them in order, RELOC-73).
+A move alone on this host commits quietly and is published to every host once the target has
+answered the open (RELOC-76), so the callers' re-reads and the store's signals to every host
+come after the unit serves, not while it is sealed; with other moves under way the commit
+notifies as it writes (one statement more per move would cost a host relocation of many units
+more than it saves). A request's reply comes back here and completes its caller's call, so
+callers see one call with one outcome; whatever still reaches the sealed Spot is relayed after.
 Rule 4: a User Spot moves with its member Actors (RELOC-6, RELOC-64). They are sealed with it
 (actors/sealing.py ``seal_with_members``), each announced after the Spot with the Spot's id,
 and the commit is one conditional batch over the Spot's record and every member's: all move or
@@ -38,7 +38,8 @@ RELOC-24, RELOC-25), so its record names the target first; then each member move
 Entry Actor does, announced with the Spot's id, into the shell on the target. The
 Spot closes here with ``RELOCATION_OUT`` and leaves the record alone, and what reaches this
 host for it later is relayed for the follow window (routing/follow.py, RELOC-49).
-Rule 6: a move is timed from the start of its seal to its commit, or to its abort: one over
+Rule 6: a move is timed from the start of its seal to the end of its cutover submit (the
+one-way ``RelocateCommit`` after the commit), or to its abort: one over
 ``HostConfig.relocation_cutover_target`` (1 s) is logged as a warning, and goes on or ends as
 it would have (RELOC-31).
 Rule 7: an ``APPLICATION_SIGNALED`` Spot is sealed only at a boundary it signals: its move
@@ -107,6 +108,8 @@ class MoveTimes:
     """The target had restored the units (its last answer before the commit)."""
     committed: float
     """The records named the target."""
+    told: float
+    """The one-way ``RelocateCommit`` was on its way: the cutover submit had ended (RELOC-31)."""
     opened: float
     """The target had been told to serve the units after the relay of what waited here."""
 
@@ -383,7 +386,6 @@ async def _move(
         _cutover_ended(primary, target, trio.current_time() - sealing, "was given up")
         return reason
     committed = trio.current_time()
-    _cutover_ended(primary, target, committed - sealing, "committed")
     for unit in units:
         # From its close on, what still reaches this host for it is relayed (routing/follow.py).
         moved.follow(unit.target, target.rid)
@@ -392,13 +394,19 @@ async def _move(
         for unit, claim in zip(units[1:], handed[1:], strict=True)
     )
     commit = RelocateCommit(handed[0].version, members)
+    # The cutover submit: the target hears of the commit, one way, ahead of the relay (Rule 3).
+    await _tell_commit(remote, primary, target, commit)
+    told = trio.current_time()
+    _cutover_ended(primary, target, told - sealing, "was committed and told")
     if relaying is not None:  # returns once the units forward what reaches them (detached)
-        await relaying.start(_hand_over, remote, moved, units, target, commit, quiet)
+        await relaying.start(_hand_over, remote, moved, units, target, quiet)
         return None
-    opened = await _hand_over(remote, moved, units, target, commit, quiet)
+    opened = await _hand_over(remote, moved, units, target, quiet)
     if _times.isEnabledFor(logging.DEBUG):
         size = sum(0 if payload is None else len(payload) for payload in payloads)
-        times = MoveTimes(unit_id.value, size, sealing, sealed_at, prepared, committed, opened)
+        times = MoveTimes(
+            unit_id.value, size, sealing, sealed_at, prepared, committed, told, opened
+        )
         _times.debug("%s", times)
     return None
 
@@ -430,12 +438,12 @@ async def _hand_over(
     moved: Moved,
     units: list[_Unit],
     target: NodeRecord,
-    commit: RelocateCommit,
     quiet: bool,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> float:
-    """Rule 3: commit on the target, relay what stayed here, open there, close here; returns
+    """Rule 3, once the target was told of the commit: relay what stayed here, open there,
+    close here; returns
     when the target was told to open (Trio's clock). Reports started once every unit forwards
     what reaches it, before its first wait: a join's move returns then, so a relocation that
     looks at the Actor next finds it on its way out, not sealed by someone else."""
@@ -479,7 +487,7 @@ async def _hand_over(
                 await relay_to(unit, [envelope], replies)
             for unit in units:  # a sender's flush waits for what comes after this (reroute.py)
                 moved.relaying_after_open(unit.target)
-            await _tell(remote, primary, target, RelocateOpen())
+            await _open(remote, primary, target)
             opened.append(trio.current_time())
             if quiet:
                 replies.start_soon(_publish, units)
@@ -492,11 +500,9 @@ async def _hand_over(
             for unit in units:  # every relay is on its way: a sender's flush may go on
                 moved.relayed(unit.target)
 
+    # The relay and the open follow the commit on one connection without a wait for an answer
+    # between them: the target's reader takes them in order (moves_in.py Rule 1).
     async with trio.open_nursery() as relaying:
-        # The commit, the relay and the open follow each other on one connection without a
-        # wait for an answer between them: the target's reader takes them in order
-        # (moves_in.py Rule 1).
-        await relaying.start(_tell, remote, primary, target, commit)
         relaying.start_soon(relay_all, relaying)
         for unit in units:
             await unit.closed.wait()
@@ -515,33 +521,34 @@ async def _publish(units: list[_Unit]) -> None:
         _log.info("could not publish that %s moved: %s", units[0].target, error)
 
 
-async def _tell(
-    remote: Remote,
-    unit: _Unit,
-    target: NodeRecord,
-    what: object,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+async def _tell_commit(
+    remote: Remote, unit: _Unit, target: NodeRecord, commit: RelocateCommit
 ) -> None:
-    """Send the target one of the move's requests after the commit; a failure is logged: the
-    record names the target, which owns the unit whether or not it heard (Rule 3). Started
-    with ``nursery.start``, it reports started once the request is on its way."""
+    """Tell the target the records name it, one way: its reader takes the word before the
+    relay behind it, and the open's answer says it was taken. A failure is logged: the record
+    names the target, which settles the move from the store when the word does not come
+    (RELOC-66)."""
+    try:
+        await remote.tell(Owner(target.rid), unit.target, commit)
+    except ZLinkError as error:
+        _log.error("telling %s the commit of %s failed: %s", target.rid, unit.target, error)
+
+
+async def _open(remote: Remote, unit: _Unit, target: NodeRecord) -> None:
+    """Ask the target to open the unit after the relay; a failure is logged: the record names
+    the target, which owns the unit whether or not it heard (Rule 3)."""
     node = unit.node
-    on_submitted = starts_once(task_status)
     try:
         answer = await remote.request(
             Owner(target.rid),
             unit.target,
-            what,
+            RelocateOpen(),
             RelocateAnswer,
             {},
             None,
             node.clock.now() + node.config.request_timeout,
-            on_submitted,
         )
         if isinstance(answer, RelocateAnswer) and not answer.ok:
-            _log.error("%s answered %r for %s: %s", target.rid, what, unit.target, answer.why)
+            _log.error("%s did not open %s: %s", target.rid, unit.target, answer.why)
     except ZLinkError as error:
-        _log.error("telling %s %r for %s failed: %s", target.rid, what, unit.target, error)
-    finally:
-        on_submitted()
+        _log.error("asking %s to open %s failed: %s", target.rid, unit.target, error)

@@ -28,6 +28,11 @@ Rule 6: announcements are shared too. The keys of a move published once its unit
 caller, which sends them all next in one statement; their own caller returns at once (a hint:
 STORE-26). A host relocation of thousands of units so costs a few dozen announcements, not one
 per unit. Keys whose caller failed or went away wait for the next announcement.
+Rule 7: a change that waits for nothing else is written by its caller (``write_now``): the
+hand-over of a move alone on its host (RELOC-76), sealed while it is written, so the two task
+switches through the flusher are off its path; beside a batch on its way, whose conditions
+decide which of two changes to one key is written. Cancelled, it waits for its write to land
+first, as Rule 5.
 """
 
 from __future__ import annotations
@@ -131,6 +136,13 @@ class RecordBatcher:
         if isinstance(result, ZLinkError):
             raise result
         assert result is not None  # done is set once a result is in
+        return result
+
+    async def write_now(self, batch: Batch) -> Applied | Conflict:
+        """``write``, by the caller's task itself, at once (Rule 7)."""
+        with trio.CancelScope(shield=True):
+            result = await self._store.write(batch)
+        await trio.lowlevel.checkpoint_if_cancelled()
         return result
 
     async def release(self, key: str, version: int) -> bool:

@@ -120,6 +120,11 @@ class Inbound:
             return
         if self.arrivals.under_way and self._moves.take(origin, message):
             return
+        if type(message) is Send and message.message_type.value in RELOCATE:
+            # A move's one-way word (its commit) with no move of the unit under way here.
+            name, target = message.message_type, message.target
+            _log.error("%s for %s from %s: no move of it is under way here", name, target, origin)
+            return
         moved = self._messaging.moved
         followed = moved.followed(message.target, self._remote)
         if followed is not None and message.message_type.value not in _FRAMEWORK:

@@ -26,6 +26,7 @@ from zlink_trio._runtime.declarations.system import (
     RELOCATE_CHUNK,
     RELOCATE_COMMIT,
     RELOCATE_OPEN,
+    RelocateAnswer,
     RelocateChunk,
     RelocateCommit,
 )
@@ -73,7 +74,6 @@ class MovesIn:
             self._reply(origin, message, arrivals.open(origin.node_rid, message.target))
             return True
         if name == _RELOCATE_COMMIT:
-            assert isinstance(message, Request)
             self._take_commit(origin, message)
             return True
         restored = arrivals.relayed(origin.node_rid, message.target)
@@ -112,16 +112,22 @@ class MovesIn:
             else:
                 _log.warning("a relayed send to %s was not admitted: %s", message.target, error)
 
-    def _take_commit(self, origin: PeerRun, message: Request) -> None:
+    def _take_commit(self, origin: PeerRun, message: Send | Request) -> None:
+        """The source's word that the records name this host, one way (host/moving.py Rule
+        3): a refusal can only be logged; the unit then waits for the store to settle it."""
         try:
             decoded = self._node.registry.messages.decode(message.message_type, message.payload)
             if not isinstance(decoded, RelocateCommit):
                 raise ZLinkError(ErrorKind.PROTOCOL_ERROR, "not a zlink.RelocateCommit")
             answer = self._arrivals.commit(origin.node_rid, message.target, decoded)
         except ZLinkError as error:
-            self._reply(origin, message, error)
-            return
-        self._reply(origin, message, answer)
+            answer = RelocateAnswer(False, str(error))
+        if type(message) is Request:  # asked, as a move's other words are: answered
+            self._reply(origin, message, answer)
+        elif not answer.ok:
+            _log.error(
+                "the commit of %s from %s was not taken: %s", message.target, origin, answer.why
+            )
 
     def _take_chunk(self, origin: PeerRun, message: Request, nursery: trio.Nursery) -> None:
         target = message.target

@@ -213,6 +213,17 @@ class Remote:
         if self._node.trace is not None:  # node.py: what a test watches
             self._node.trace(f"admitted send {name} to {target} at {owner.node_rid} (remote)")
 
+    async def tell(self, owner: Owner, target: Target, message: object) -> None:
+        """One of the framework's one-way words to ``target`` at ``owner`` (a move's
+        ``zlink.RelocateCommit``, host/moving.py Rule 3): ``send`` without the wait for the
+        owner's credit, which pauses application sends to a full unit, never the framework's."""
+        name, payload = self._encode(message)
+        mesh = self._mesh()
+        if mesh.is_up(owner.node_rid) is None:
+            mesh = await self._route_ready(owner.node_rid, math.inf)
+        self.limits.check(owner.node_rid, name, payload)
+        await mesh.send(owner.node_rid, Send(target, name, payload))
+
     async def request(
         self,
         owner: Owner,
