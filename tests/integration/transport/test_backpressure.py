@@ -31,7 +31,7 @@ async def fill(mesh: RouteMesh, peer: NodeRid, sent: list[int], count: int = MAN
         sent.append(number)
 
 
-@pytest.mark.spec("TRN-10", "TRN-11")
+@pytest.mark.spec("TRN-10", "TRN-11", "ERR-7.3")
 async def test_send_at_hwm_waits_and_completes_once_when_reading_resumes(spawn: Spawn) -> None:
     """A receiver that stops reading makes the sender wait; resumed, every message arrives once."""
     child = await spawn("b", "--receive-hwm", "2")
@@ -79,6 +79,42 @@ async def test_waiting_send_is_not_ended_by_caller_cancellation() -> None:
             await inbox.wait_for(len(sent))
         numbers = [int.from_bytes(m.payload[:8], "big") for _, m in inbox.messages]
         assert list(range(len(sent))) == numbers
+
+
+@pytest.mark.spec("TRN-33")
+async def test_a_framework_word_at_the_hwm_gives_up_at_its_bound_unsent() -> None:
+    """A send with ``until`` that finds the queue full ends UNAVAILABLE then, and never goes."""
+    async with node("a", send_hwm=1) as (a, _), node("b", receive_hwm=1) as (b, inbox):
+        await connect(a, b)
+        inbox.hold = trio.Event()
+        sent: list[int] = []
+        ended: list[ErrorKind | None] = []
+        word_ended = trio.Event()
+
+        async def word() -> None:
+            try:
+                await a.send(B, numbered(10**6), until=trio.current_time() + 0.2)
+                ended.append(None)
+            except ZLinkError as error:
+                ended.append(error.kind)
+            word_ended.set()
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(fill, a, B, sent)
+                try:  # the shielded waits end only once the receiver reads again
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                    nursery.start_soon(word)
+                    with trio.move_on_after(5):  # past the word's bound: it ended by then
+                        await word_ended.wait()
+                    waiting = a.waiting_sends(B)
+                finally:
+                    inbox.hold.set()
+            await inbox.wait_for(len(sent))
+        assert 1 == waiting  # the application's send still waited (TRN-11)
+        assert [ErrorKind.UNAVAILABLE] == ended
+        numbers = [int.from_bytes(m.payload[:8], "big") for _, m in inbox.messages]
+        assert list(range(MANY)) == numbers  # every one once, the word never
 
 
 @pytest.mark.spec("TRN-5")
@@ -147,7 +183,7 @@ async def test_send_with_nothing_to_wait_for_fails_unavailable_at_once() -> None
         assert 0 == a.pending_requests
 
 
-@pytest.mark.spec("TRN-7")
+@pytest.mark.spec("TRN-7", "CMP-5.13")
 async def test_removing_a_peer_ends_its_waiting_sends_and_requests_unavailable() -> None:
     """remove_peer ends what waits for that peer with UNAVAILABLE; adding it again works."""
     async with node("a", send_hwm=1) as (a, _), node("b", receive_hwm=1) as (b, held):
@@ -178,7 +214,7 @@ async def test_removing_a_peer_ends_its_waiting_sends_and_requests_unavailable()
             await a.send(B, numbered(1))
 
 
-@pytest.mark.spec("TRN-25")
+@pytest.mark.spec("TRN-25", "CMP-5.1")
 async def test_end_sends_ends_a_send_waiting_at_the_hwm_and_the_mesh_goes_on() -> None:
     """A send waiting at the HWM (shielded from its caller) ends with the error given to
     end_sends; a later send that would wait ends at once; replies and requests still flow."""

@@ -174,10 +174,12 @@ class RouteMesh:
         if route is not None and route.run is not None:
             self._pending.fail(ZLinkError(_UNAVAILABLE, message), route.run)
 
-    async def send(self, peer: NodeRid, message: Send) -> None:
+    async def send(self, peer: NodeRid, message: Send, *, until: float | None = None) -> None:
         """Submit ``message`` to ``peer``; returns when the local queue accepted it (TRN-10). At
         the high-water mark it waits for capacity, shielded and without a time limit (TRN-11);
         it ends otherwise only with ``UNAVAILABLE`` (no route, route lost) or ``SHUTTING_DOWN``.
+        ``until`` (Trio's clock) bounds that wait for the framework's own one-way words, which
+        end ``UNAVAILABLE`` then (a move's commit: the target settles it from the store).
         """
         link, _run = self._route_to(peer)
         frames = self._sockets.checked(encode(message))
@@ -189,11 +191,13 @@ class RouteMesh:
                 await trio.lowlevel.cancel_shielded_checkpoint()
             return
         with trio.CancelScope(shield=True):
-            while True:
-                await link.wait_capacity()
-                if link.try_send(frames):
-                    self.traffic.sent[peer] += 1
-                    return
+            with trio.move_on_at(math.inf if until is None else until):
+                while True:
+                    await link.wait_capacity()
+                    if link.try_send(frames):
+                        self.traffic.sent[peer] += 1
+                        return
+        raise ZLinkError(_UNAVAILABLE, f"{peer} took no more messages before the word's deadline")
 
     async def request(
         self,
@@ -255,7 +259,7 @@ class RouteMesh:
                     on_submitted()
                 await entry.wait()
         finally:
-            claimed = self._pending.claim(route, entry)
+            claimed = self._pending.claim(route, entry) and (not submitted or link.try_send(self._sockets.checked(frames)) or True)
         outcome = entry.outcome
         if type(outcome) is Reply:
             return outcome

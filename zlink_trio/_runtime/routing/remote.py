@@ -216,13 +216,15 @@ class Remote:
     async def tell(self, owner: Owner, target: Target, message: object) -> None:
         """One of the framework's one-way words to ``target`` at ``owner`` (a move's
         ``zlink.RelocateCommit``, host/moving.py Rule 3): ``send`` without the wait for the
-        owner's credit, which pauses application sends to a full unit, never the framework's."""
+        owner's credit, which pauses application sends to a full unit, never the framework's,
+        and within ``request_timeout`` (a route to wait for, a full queue), or ``UNAVAILABLE``."""
         name, payload = self._encode(message)
-        mesh = self._mesh()
+        mesh, within = self._mesh(), self._node.config.request_timeout
         if mesh.is_up(owner.node_rid) is None:
-            mesh = await self._route_ready(owner.node_rid, math.inf)
+            mesh = await self._route_ready(owner.node_rid, self._node.clock.now() + within)
         self.limits.check(owner.node_rid, name, payload)
-        await mesh.send(owner.node_rid, Send(target, name, payload))
+        until = trio.current_time() + within
+        await mesh.send(owner.node_rid, Send(target, name, payload), until=until)
 
     async def request(
         self,
