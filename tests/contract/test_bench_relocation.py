@@ -17,6 +17,7 @@ MEASURED = (
     "baseline measured in",
     "part 1 measured in",
     "part 3 measured in",
+    "inside: seal start -> cutover submitted",
     "inside: seal start -> target serves it",
     "inside: seal start -> commit done",
     "outside: longest gap in the round",
