@@ -259,7 +259,7 @@ class RouteMesh:
                     on_submitted()
                 await entry.wait()
         finally:
-            claimed = self._pending.claim(route, entry) and (not submitted or link.try_send(self._sockets.checked(frames)) or True)
+            claimed = self._pending.claim(route, entry)
         outcome = entry.outcome
         if type(outcome) is Reply:
             return outcome
