@@ -166,3 +166,77 @@ async def test_the_old_owner_relays_a_request_and_a_send_as_they_came(
         # (A second is far more than the way through the source takes on any machine.)
         assert asked.budget_us - 1_000_000 < got.budget_us < asked.budget_us
         assert asked.budget_us < int(budget * 1_000_000)
+
+
+@pytest.mark.spec("CMP-10.5")
+async def test_a_request_held_at_the_seal_goes_on_to_the_target_as_the_same_operation(
+    store_dsn: str,
+) -> None:
+    """A peer's request that reaches the Spot while its move holds it at the seal is relayed to
+    the target with the caller's operation id, and the caller's reply carries it back."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as caller,
+    ):
+        await _meet(source, target)
+        await _meet(caller, source)
+        kind, spot = zl.StableTypeName("relay.Counter"), zl.SpotId("c-2")
+        await source.route.send_to_spot("c-2", Add(5)).instance_spot("relay.Counter").submit()
+        held = trio.Event()
+        source.host._node.set_trace(
+            lambda line: held.set() if "to the hold of Spot c-2" in line else None
+        )
+        authority = source.host._node.authority
+        hand_over = authority.hand_over
+
+        async def once_the_request_waits(*args: Any, **kwargs: Any) -> Any:
+            with trio.fail_after(10):
+                await held.wait()
+            return await hand_over(*args, **kwargs)
+
+        authority.hand_over = once_the_request_waits
+        moves: Any = target.host._tree.inbound._moves  # type: ignore[union-attr]
+        take_relayed, relayed = moves._take_relayed, []
+
+        def spy(origin: Any, message: Any, restored: Any) -> None:
+            relayed.append(message)
+            take_relayed(origin, message, restored)
+
+        moves._take_relayed = spy
+        remote = caller.host._tree.remote
+        assert remote is not None
+        assert remote.mesh is not None
+        messages = caller.host._node.registry.messages
+        get_name, get_bytes = messages.encode_within(Get(), 1 << 20)
+        operation = OperationId.new()
+        replies = []
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+
+                async def relocate() -> None:
+                    result = await source.host.relocate(deadline=15.0)
+                    assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+
+                nursery.start_soon(relocate)
+                activation = source.host._tree.spots.activations[spot]  # type: ignore[union-attr]
+                while activation.hold is None:  # noqa: ASYNC110  # the runtime has no seal event
+                    await trio.sleep(0.001)
+                replies.append(
+                    await remote.mesh.request(
+                        source.node_rid,
+                        operation_id=operation,
+                        target=spot,
+                        message_type=get_name,
+                        payload=get_bytes,
+                        timeout=10.0,
+                        instance_spot_type=kind,
+                    )
+                )
+        assert operation == replies[0].operation_id
+        assert Count(5, target.node_rid.value) == messages.decode(
+            replies[0].reply_type, replies[0].payload
+        )
+        requests = [m for m in relayed if type(m) is Request]
+        assert [operation] == [m.operation_id for m in requests]

@@ -25,7 +25,7 @@ from zlink_trio._runtime.declarations.registry import Handler
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.clock import Clock
 from zlink_trio._runtime.engines.completion import CompletionDispatcher, Outcome
-from zlink_trio._wire.ids import ReplyRouteId
+from zlink_trio._wire.ids import OperationId, ReplyRouteId
 from zlink_trio.errors import ErrorKind, ZLinkError
 
 __all__ = ["Envelope", "admitted", "expired", "fail_one", "handler_failed", "reply"]
@@ -44,6 +44,9 @@ class Envelope:
     handler: Handler
     context: MessageContext
     reply_route: ReplyRouteId | None
+    operation_id: OperationId | None = None
+    """A peer's request keeps its operation's id here, for a relay if its unit moves away
+    (CMP-10.5); ``None`` for a send and for a request made on this host."""
 
 
 def admitted(envelope: Envelope, target: str) -> str:

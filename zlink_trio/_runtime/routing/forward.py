@@ -25,7 +25,7 @@ from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
-from zlink_trio._wire.ids import ReplyRouteId
+from zlink_trio._wire.ids import OperationId, ReplyRouteId
 from zlink_trio.errors import ZLinkError
 from zlink_trio.ids import ActorId, NodeRid, SpotId, SpotKind, StableTypeName
 
@@ -113,6 +113,7 @@ async def _relay(
             context: MessageContext = context,
             reply_type: type = reply_type,
             deadline: float = deadline,
+            operation_id: OperationId | None = envelope.operation_id,
             *,
             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
         ) -> None:
@@ -128,6 +129,7 @@ async def _relay(
                     instance_type,
                     deadline,
                     on_submitted,
+                    operation_id=operation_id,  # a peer's operation goes on (CMP-10.5)
                 )
                 outcome = Outcome(value=value)
             except ZLinkError as error:

@@ -202,6 +202,7 @@ class Inbound:
                             handler,
                             MessageContext(target, dict(message.metadata), None, deadline),
                             entry.route,
+                            message.operation_id,
                         )
                     )
                 except BaseException:
@@ -304,7 +305,13 @@ class Inbound:
             budget = max(message.budget_us / 1_000_000 - spent, 1e-6)
             if isinstance(message.target, ActorId):
                 result = await messaging.request_actor(
-                    message.target, decoded, handler_reply, metadata, budget, local=True
+                    message.target,
+                    decoded,
+                    handler_reply,
+                    metadata,
+                    budget,
+                    local=True,
+                    operation_id=message.operation_id,
                 )
             else:
                 instance = _instance_of(message)
@@ -317,6 +324,7 @@ class Inbound:
                     None,
                     budget,
                     local=True,
+                    operation_id=message.operation_id,
                 )
         except ZLinkError as error:
             self._answer(origin, message, _for_caller(error))

@@ -68,6 +68,7 @@ from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.routing.reroute import Reroutes
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
+from zlink_trio._wire import OperationId
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import ActorId, MeshName, SpotId, StableTypeName
 
@@ -124,8 +125,7 @@ class Messaging:
             await relay.send(moved_to, spot_id, message, metadata, self._type_of(instance))
             return
         jobs = node.jobs
-        # The hot path takes a free permit and a free mailbox slot without a coroutine or a
-        # checkpoint; only a shortage waits.
+        # The hot path takes a free permit and mailbox slot without a checkpoint; a shortage waits.
         if not jobs.try_acquire() and not await jobs.acquire():
             raise shutting_down()  # shutdown ended the wait (mailbox.py Rule 3)
         held = True
@@ -172,9 +172,10 @@ class Messaging:
         time_limit: float,
         *,
         local: bool = False,
+        operation_id: OperationId | None = None,
     ) -> object:
         """Send a request and wait for the one result that settles first (Rule 2), here or at the
-        target's owner (remote.py Rule 3)."""
+        target's owner (remote.py Rule 3); ``operation_id``: a peer's, kept for a relay."""
         node = self.node
         node.check_admitting()
         node.check_mesh(mesh)
@@ -219,7 +220,7 @@ class Messaging:
             entry = node.dispatcher.register()
             try:
                 context = MessageContext(spot_id, metadata, None, deadline)
-                activation.offer(Envelope(own, handler, context, entry.route))
+                activation.offer(Envelope(own, handler, context, entry.route, operation_id))
             except BaseException:
                 node.dispatcher.pop(entry.route)
                 raise
@@ -348,9 +349,10 @@ class Messaging:
         time_limit: float,
         *,
         local: bool = False,
+        operation_id: OperationId | None = None,
     ) -> object:
         """A request to an Actor: one deadline, the first result wins (Rule 2), here or at its
-        owner."""
+        owner; ``operation_id`` as for ``request``."""
         node = self.node
         node.check_admitting()
         encoded = self._screen(message, local)
@@ -388,7 +390,7 @@ class Messaging:
             entry = node.dispatcher.register()
             try:
                 context = actor_context(actor, actor_id, metadata, deadline)
-                actor.offer(Envelope(own, handler, context, entry.route))
+                actor.offer(Envelope(own, handler, context, entry.route, operation_id))
             except BaseException:
                 node.dispatcher.pop(entry.route)
                 raise

@@ -105,7 +105,7 @@ class MovesIn:
                 partial(self._answer_outcome, origin, request, deadline)
             )
             context = restored.context(metadata, deadline)
-            restored.take(Envelope(decoded, handler, context, entry.route))
+            restored.take(Envelope(decoded, handler, context, entry.route, request.operation_id))
         except ZLinkError as error:
             if request is not None:
                 self._reply(origin, request, error)

@@ -238,14 +238,17 @@ class Remote:
         on_submitted: Callable[[], object] | None = None,
         *,
         encoded: tuple[StableTypeName, bytes] | None = None,
+        operation_id: OperationId | None = None,
     ) -> object:
         """A request to ``target`` at ``owner``; its reply decoded (Rule 3). Shutdown ends it
         with ``SHUTTING_DOWN`` through the transport (Rule 6). ``on_submitted`` is called once
-        the Request is in the owner's queue (the transport's hook)."""
+        the Request is in the owner's queue (the transport's hook). ``operation_id``: the
+        operation this request goes on with (a peer's request relayed, CMP-10.5), else a new
+        one."""
         name, payload = encoded or self._encode(message)
         reply = await self._call(
             owner,
-            OperationId.new(),
+            operation_id or OperationId.new(),
             (target, name, payload, instance_type, tuple(metadata.items())),
             deadline,
             on_submitted,
