@@ -165,6 +165,7 @@ async def test_a_reply_that_is_not_the_declared_class_is_an_internal_failure(
         assert zl.ErrorKind.INTERNAL_FAILURE == caught.value.kind
 
 
+@pytest.mark.spec("ERR-5.6")
 async def test_a_reply_of_another_class_than_reply_type_is_a_protocol_error(
     store_dsn: str,
 ) -> None:

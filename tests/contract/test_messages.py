@@ -208,7 +208,7 @@ async def test_the_handler_and_the_caller_each_get_a_value_of_their_own_local_or
                 assert answer is not kept[-1]
 
 
-@pytest.mark.spec("MSG-5")
+@pytest.mark.spec("MSG-5", "ERR-5.8")
 async def test_a_reply_that_cannot_travel_is_an_internal_failure_local_or_remote(
     store_dsn: str,
 ) -> None:

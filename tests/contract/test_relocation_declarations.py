@@ -221,7 +221,7 @@ def test_an_adapter_that_fits_passes_start_up_validation() -> None:
     app.freeze()
 
 
-@pytest.mark.spec("RELOC-24", "SPOT-80")
+@pytest.mark.spec("RELOC-24", "SPOT-80", "REG-5.8")
 async def test_a_per_actor_spot_allows_only_recreate_on_relocation() -> None:
     """PER_ACTOR with disable_relocation() or preserve_state_with(...) fails start-up; with
     recreate_on_relocation() it starts; APPLICATION_SIGNALED with PER_ACTOR fails too (now given

@@ -230,7 +230,7 @@ _SCAN = textwrap.dedent(
 )
 
 
-@pytest.mark.spec("RELOC-14")
+@pytest.mark.spec("RELOC-14", "DEC-6")
 async def test_the_payload_never_reaches_the_store(store_dsn: str) -> None:
     """After a Tally with a marked payload moves, no row of any table of the store holds the
     marker, as text or as hex."""

@@ -142,7 +142,7 @@ async def _sealing(host: TestHost, spot_id: str) -> None:
             await trio.sleep(0.001)
 
 
-@pytest.mark.spec("RELOC-47", "RELOC-7", "RELOC-23", "RELOC-13")
+@pytest.mark.spec("RELOC-47", "RELOC-7", "RELOC-23", "RELOC-13", "DEC-6")
 async def test_a_spot_moves_with_its_state_and_generation(store_dsn: str) -> None:
     """An Instance Spot with an adapter and a User Spot made anew: after the source relocates,
     both answer from the target, the first with its count, the second from a fresh instance,

@@ -53,7 +53,7 @@ async def ignore(origin: PeerRun, message: Send | Request) -> None:
     del origin, message
 
 
-@pytest.mark.spec("ROUTE-9")
+@pytest.mark.spec("ROUTE-9", "ERR-5.6")
 async def test_undecodable_input_from_a_peer_is_refused_and_the_host_goes_on(
     store_dsn: str,
 ) -> None:

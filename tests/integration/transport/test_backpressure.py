@@ -31,7 +31,7 @@ async def fill(mesh: RouteMesh, peer: NodeRid, sent: list[int], count: int = MAN
         sent.append(number)
 
 
-@pytest.mark.spec("TRN-10", "TRN-11", "ERR-7.3")
+@pytest.mark.spec("TRN-10", "TRN-11", "ERR-7.3", "CMP-7.2")
 async def test_send_at_hwm_waits_and_completes_once_when_reading_resumes(spawn: Spawn) -> None:
     """A receiver that stops reading makes the sender wait; resumed, every message arrives once."""
     child = await spawn("b", "--receive-hwm", "2")
@@ -141,7 +141,7 @@ async def test_a_peer_at_its_hwm_does_not_hold_sends_to_another_peer() -> None:
                 held.hold.set()
 
 
-@pytest.mark.spec("TRN-6")
+@pytest.mark.spec("TRN-6", "CMP-15.4", "CMP-17.11", "CMP-17.13")
 async def test_replies_flow_while_the_application_connection_is_saturated() -> None:
     """A node whose sends to a peer wait at the HWM still answers that peer's requests."""
     meshes: list[RouteMesh] = []
@@ -183,7 +183,7 @@ async def test_send_with_nothing_to_wait_for_fails_unavailable_at_once() -> None
         assert 0 == a.pending_requests
 
 
-@pytest.mark.spec("TRN-7", "CMP-5.13")
+@pytest.mark.spec("TRN-7", "CMP-5.13", "CMP-7.3")
 async def test_removing_a_peer_ends_its_waiting_sends_and_requests_unavailable() -> None:
     """remove_peer ends what waits for that peer with UNAVAILABLE; adding it again works."""
     async with node("a", send_hwm=1) as (a, _), node("b", receive_hwm=1) as (b, held):

@@ -39,7 +39,7 @@ async def kind_of(work: Awaitable[object]) -> ErrorKind:
     return raised.value.kind
 
 
-@pytest.mark.spec("TRN-12", "TRN-23")
+@pytest.mark.spec("TRN-12", "TRN-23", "CMP-7.4")
 async def test_close_ends_waiting_work_and_nothing_is_sent_after_it() -> None:
     """close() twice: waiting sends and requests end SHUTTING_DOWN and nothing more goes out."""
     async with node("b", receive_hwm=1) as (b, inbox), node("a", send_hwm=1) as (a, _):
