@@ -21,7 +21,6 @@ import trio
 import zlink_trio as zl
 from tests.contract.test_spot_move import Add, _meet, app
 from zlink_trio._integration.store import Batch, Changed, ChangeSubscription, Put, Stores
-from zlink_trio._runtime.declarations.system import RelocateOpen
 from zlink_trio._runtime.host import moving
 from zlink_trio._runtime.ownership.node_record import RELOCATING, PeerChanged
 from zlink_trio._runtime.routing.arrivals import BEGIN_WAIT
@@ -207,20 +206,15 @@ async def test_the_move_is_published_once_the_target_serves_the_unit(
     once the target has answered the open, the record's key is hinted."""
     events: list[str] = []
     committed, proceed = trio.Event(), trio.Event()
-    tell = moving._tell
+    open_ = moving._open
 
-    async def held(
-        remote: object, unit: object, target: object, what: object, **kw: object
-    ) -> None:
-        if isinstance(what, RelocateOpen):
-            committed.set()
-            await proceed.wait()
-            await tell(remote, unit, target, what, **kw)  # type: ignore[arg-type]
-            events.append("open answered")
-            return
-        await tell(remote, unit, target, what, **kw)  # type: ignore[arg-type]
+    async def held(remote: object, unit: object, target: object) -> None:
+        committed.set()
+        await proceed.wait()
+        await open_(remote, unit, target)  # type: ignore[arg-type]
+        events.append("open answered")
 
-    monkeypatch.setattr(moving, "_tell", held)
+    monkeypatch.setattr(moving, "_open", held)
     async with _a_counter_to_move(store_dsn) as (source, _, stores):
         record = f"m/{source.mesh.value}/spot/c-1"
         witness = f"m/{source.mesh.value}/witness-76"
