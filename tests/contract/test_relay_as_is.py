@@ -5,6 +5,8 @@ its own reply route with its own operation id."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -71,6 +73,20 @@ async def _meet(one: TestHost, other: TestHost) -> None:
         await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
 
 
+@contextlib.asynccontextmanager
+async def _three_hosts(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost, TestHost]]:
+    """A source, a target and a caller of one mesh, each seeing the source."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as caller,
+    ):
+        await _meet(source, target)
+        await _meet(caller, source)
+        yield source, target, caller
+
+
 def _arrivals(host: TestHost) -> list[Send | Request]:
     """Every application send and request that reaches ``host`` from a peer from now on, as
     its transport handed it over (a spy on the inbound side's two entry points)."""
@@ -99,14 +115,7 @@ async def test_the_old_owner_relays_a_request_and_a_send_as_they_came(
     repeats: the target gets the same send and the same request (operation id, bytes,
     metadata, instance type), with what was left of the caller's budget, and the caller's
     reply carries its own operation id back."""
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as caller,
-    ):
-        await _meet(source, target)
-        await _meet(caller, source)
+    async with _three_hosts(store_dsn) as (source, target, caller):
         await source.route.send_to_spot("c-1", Add(2)).instance_spot("relay.Counter").submit()
         result = await source.host.relocate(deadline=20.0)
         assert zl.RelocationOutcome.RELOCATED == result.outcome, result
@@ -174,14 +183,7 @@ async def test_a_request_held_at_the_seal_goes_on_to_the_target_as_the_same_oper
 ) -> None:
     """A peer's request that reaches the Spot while its move holds it at the seal is relayed to
     the target with the caller's operation id, and the caller's reply carries it back."""
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores) as source,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
-        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as caller,
-    ):
-        await _meet(source, target)
-        await _meet(caller, source)
+    async with _three_hosts(store_dsn) as (source, target, caller):
         kind, spot = zl.StableTypeName("relay.Counter"), zl.SpotId("c-2")
         await source.route.send_to_spot("c-2", Add(5)).instance_spot("relay.Counter").submit()
         held = trio.Event()

@@ -13,8 +13,8 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.contract.test_operation_identity import _meet, _requests
 from zlink_trio._integration.transport.mesh import LATE_REPLY
-from zlink_trio._wire import Request
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -123,27 +123,6 @@ def ask(host: TestHost, text: str, timeout: float = 10.0) -> Any:
 def note(host: TestHost, text: str) -> Any:
     """A one-way message from ``host`` to the Sink Spot ``s-1``, ready to submit."""
     return host.route.send_to_spot("s-1", Note(text)).instance_spot("reply.Sink")
-
-
-async def _meet(one: TestHost, other: TestHost) -> None:
-    membership: Any = one.host._tree.membership
-    with trio.fail_after(10):
-        await membership.wait_for_peer(other.node_rid)
-
-
-def _requests(host: TestHost) -> list[Request]:
-    """Every Request that reaches ``host`` from a peer from now on, as its transport handed it
-    over (a spy on the inbound side's entry point for requests)."""
-    inbound: Any = host.host._tree.inbound
-    seen: list[Request] = []
-    admit = inbound._admit_request
-
-    def admit_request(origin: object, message: Request, arrived: float) -> bool:
-        seen.append(message)
-        return bool(admit(origin, message, arrived))
-
-    inbound._admit_request = admit_request
-    return seen
 
 
 @pytest.mark.spec("CMP-15.6", "CMP-17.11")
