@@ -14,6 +14,8 @@ import trio.testing
 
 import zlink_trio as zl
 from tests.contract.early_sender import send_early_after_commit
+from zlink_trio._runtime.actors.sealing import seal_actor
+from zlink_trio._runtime.spots.ingress import WAKE
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -682,3 +684,22 @@ async def test_what_a_host_that_shut_down_held_can_be_made_again_elsewhere(
         assert other.node_rid == created.actor_ref.node_rid
         entry = other.host._tree.spots.entry.spot_id.value  # type: ignore[union-attr]
         assert Count(0, other.node_rid.value, entry) == await _get(other, "g-wallet").submit()
+
+
+@pytest.mark.spec("RELOC-62")
+async def test_a_seal_that_begins_while_the_lane_takes_a_wake_up_still_holds(
+    store_dsn: str,
+) -> None:
+    """The seal of a move begins just after an idle Actor's lane was handed a wake-up (no
+    message): the lane goes back to wait in its mailbox, and the seal holds at once instead of
+    waiting for a turn that never comes (the relocation bench's hang)."""
+    async with open_test_host(app, dsn=store_dsn) as host:
+        await host.actors.create("w-9", "amove.Wallet").submit()
+        await host.route.send_to_actor("w-9", Add(1)).submit()
+        await host.wait_quiet()
+        actor = host.host._tree.actors.actors[zl.ActorId("w-9")]  # type: ignore[union-attr]
+        assert actor.mailbox.try_put(WAKE, "")  # the lane has it in hand, not a message
+        with trio.fail_after(5):
+            sealed = await seal_actor(actor)
+        sealed.abort()  # it serves on
+        assert 1 == (await _get(host, "w-9").submit()).value
