@@ -241,10 +241,6 @@ class ActorActivation(ActorIngress):
                         await trio.lowlevel.checkpoint()
                         burst.checkpointed()
                     else:
-                        if (hold := self.hold) is not None:
-                            # Back to the mailbox with nothing in hand: a seal waiting for the
-                            # lane to rest looks again (sealing.py Rule 1), also after a wake-up.
-                            hold.quiet.set()
                         try:
                             envelope = await burst.take()
                         except trio.EndOfChannel:

@@ -99,11 +99,13 @@ async def seal_actor(actor: ActorActivation, spot: Activation | None = None) -> 
     actor.hold = hold
     try:
         while not hold.broken and not actor.resting:
-            if hold.quiet.is_set():
-                hold.quiet = trio.Event()
-                await trio.lowlevel.checkpoint()  # the lane is on its way back to its queue
-            else:
+            if actor.busy:  # a turn (or its deferred joins) runs: its end sets quiet
                 await hold.quiet.wait()
+                hold.quiet = trio.Event()
+            else:
+                # The lane has something in hand (a message, or a wake-up with none) and is on
+                # its way back to its queue, as a Spot's gate task (spots/sealing.py Rule 1).
+                await trio.lowlevel.checkpoint()
         refused = None if hold.broken else _refuse_seal_after(actor, spot)
         if refused is not None:
             raise refused
