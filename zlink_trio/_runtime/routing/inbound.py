@@ -85,6 +85,7 @@ _FLUSH = FLUSH.value
 _FRAMEWORK = RELOCATE | {_CLOSE_SPOT, _FLUSH}
 """The framework's requests: never relayed for a unit that moved away."""
 _CREDIT = frozenset({PAUSE.value, RESUME.value})
+_ONE_WAY_WORDS = _CREDIT | RELOCATE
 
 
 class Inbound:
@@ -113,17 +114,19 @@ class Inbound:
 
     async def on_message(self, origin: PeerRun, message: Send | Request) -> None:
         """The transport's application reader hands each message here (Rule 1)."""
-        if type(message) is Send and message.message_type.value in _CREDIT:
-            credits = self._remote.credits
-            change = credits.pause if message.message_type == PAUSE else credits.resume
-            change(origin.node_rid, message.target)
+        if type(message) is Send and (name := message.message_type.value) in _ONE_WAY_WORDS:
+            if name in _CREDIT:
+                credits = self._remote.credits
+                change = credits.pause if message.message_type == PAUSE else credits.resume
+                change(origin.node_rid, message.target)
+            elif not (self.arrivals.under_way and self._moves.take(origin, message)):
+                # A move's one-way word (its commit) with no move of the unit under way here.
+                word, target = message.message_type, message.target
+                _log.error(
+                    "%s for %s from %s: no move of it is under way here", word, target, origin
+                )
             return
         if self.arrivals.under_way and self._moves.take(origin, message):
-            return
-        if type(message) is Send and message.message_type.value in RELOCATE:
-            # A move's one-way word (its commit) with no move of the unit under way here.
-            name, target = message.message_type, message.target
-            _log.error("%s for %s from %s: no move of it is under way here", name, target, origin)
             return
         moved = self._messaging.moved
         followed = moved.followed(message.target, self._remote)
