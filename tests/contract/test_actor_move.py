@@ -306,6 +306,44 @@ async def test_what_waited_in_an_actors_queue_runs_on_the_target_in_order(
         assert [("one", moved_to), ("two", moved_to)] == marks
 
 
+@pytest.mark.spec("RELOC-77")
+async def test_an_actor_turn_that_outlasts_the_deadline_keeps_the_actor_here(
+    store_dsn: str,
+) -> None:
+    """An Actor's turn runs past the relocation's deadline with a send queued behind it: the
+    relocation ends BLOCKED/DEADLINE_EXCEEDED at its deadline, and the Actor serves on the
+    source, the queued send first."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.actors.create("w-7", "amove.Wallet").submit()
+        await source.route.send_to_actor("w-7", Add(1)).submit()
+        answers: dict[str, Count] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def stall() -> None:
+                call = source.route.request_to_actor("w-7", Stall(), reply_type=Count)
+                answers["stall"] = await call.submit()
+
+            nursery.start_soon(stall)
+            await stalled.wait()
+            await source.route.send_to_actor("w-7", Add(10)).submit()
+            with trio.fail_after(10):  # without the bound it waits for the turn: for ever
+                result = await source.host.relocate(deadline=0.3)
+            assert zl.RelocationOutcome.BLOCKED == result.outcome, result
+            assert zl.RelocationReason.DEADLINE_EXCEEDED == result.reason, result
+            go_on.set()
+        assert (1, source.node_rid.value) == (answers["stall"].value, answers["stall"].node)
+        with trio.fail_after(10):
+            after = await _get(source, "w-7").submit()
+        assert (11, source.node_rid.value) == (after.value, after.node)
+
+
 @pytest.mark.spec("RELOC-63", "RELOC-18")
 async def test_an_actor_whose_capture_fails_serves_on_where_it_was(store_dsn: str) -> None:
     """The Stubborn Actor's adapter cannot capture: the relocation ends blocked with

@@ -232,6 +232,43 @@ async def test_what_waited_at_the_seal_is_answered_from_the_target_in_order(
         assert Count(11, target.node_rid.value) == answers["queued"]
 
 
+@pytest.mark.spec("RELOC-77", "RELOC-20")
+async def test_a_turn_that_outlasts_the_deadline_keeps_the_spot_serving_here(
+    store_dsn: str,
+) -> None:
+    """A turn runs past the relocation's deadline, with a send queued behind it: the relocation
+    ends BLOCKED/DEADLINE_EXCEEDED at its deadline, not when the turn ends, and the Spot serves
+    on the source with nothing lost, the queued send first."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
+    ):
+        await _meet(source, target)
+        await source.route.send_to_spot("c-9", Add(1)).instance_spot("move.Counter").submit()
+        answers: dict[str, Count] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def stall() -> None:
+                call = source.route.request_to_spot("c-9", Stall(), reply_type=Count)
+                answers["stall"] = await call.instance_spot("move.Counter").submit()
+
+            nursery.start_soon(stall)
+            await stalled.wait()
+            await source.route.send_to_spot("c-9", Add(10)).instance_spot("move.Counter").submit()
+            with trio.fail_after(10):  # without the bound it waits for the turn: for ever
+                result = await source.host.relocate(deadline=0.3)
+            assert zl.RelocationOutcome.BLOCKED == result.outcome, result
+            assert zl.RelocationReason.DEADLINE_EXCEEDED == result.reason, result
+            assert zl.HostStatus.SERVING == source.host.status
+            go_on.set()
+        assert Count(1, source.node_rid.value) == answers["stall"]
+        with trio.fail_after(10):
+            assert Count(11, source.node_rid.value) == await _get(source, "c-9").submit()
+
+
 @pytest.mark.spec("SHUT-3.10", "RELOC-18")
 async def test_a_move_that_fails_after_another_committed_keeps_both_where_they_are(
     store_dsn: str,

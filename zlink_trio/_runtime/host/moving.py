@@ -44,6 +44,9 @@ one-way ``RelocateCommit`` after the commit), or to its abort: one over
 it would have (RELOC-31).
 Rule 7: an ``APPLICATION_SIGNALED`` Spot is sealed only at a boundary it signals: its move
 waits for the next one within its deadline, and stays here when none comes (spots/boundary.py).
+Rule 8: the seal waits for a running turn only until the move's deadline; then the seal is let
+go and the unit serves here as if never sealed, what waited at it first, and the move ends
+``DEADLINE_EXCEEDED``: a handler that never ends cannot hold ``host.relocate()`` past it.
 """
 
 from __future__ import annotations
@@ -161,15 +164,19 @@ async def move_spot(
     shell = activation.spot_type.mode is SpotFactoryMode.PER_ACTOR
     members: list[SealedActor]
     try:
-        if shell:  # its members move one by one after it (Rule 5)
-            sealed, members = await seal(activation, shell=True), []
-        elif activation.members:
-            sealed, members = await seal_with_members(activation, held)
-        else:
-            sealed, members = await seal(activation, held=held), []
+        with trio.move_on_at(deadline) as waited:  # for the running turn (Rule 8)
+            if shell:  # its members move one by one after it (Rule 5)
+                sealed, members = await seal(activation, shell=True), []
+            elif activation.members:
+                sealed, members = await seal_with_members(activation, held)
+            else:
+                sealed, members = await seal(activation, held=held), []
     except ZLinkError as error:
         _log.info("%s cannot be moved now: %s", activation.spot_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
+    if waited.cancelled_caught:
+        _log.info("%s: a turn ran past the relocation's deadline", activation.spot_id)
+        return RelocationReason.DEADLINE_EXCEEDED
     snapshot = sealed.capture()
     # A PER_ACTOR Spot's own timers do not move (TIMER-18, RELOC-25).
     states = () if shell else snapshot.timers
@@ -222,10 +229,14 @@ async def move_actor(
     sealing = trio.current_time()
     spot = actor.spot if actor.spot.spot_type.mode is SpotFactoryMode.PER_ACTOR else None
     try:
-        sealed = await seal_actor(actor, spot)
+        with trio.move_on_at(deadline) as waited:  # for the running turn (Rule 8)
+            sealed = await seal_actor(actor, spot)
     except ZLinkError as error:
         _log.info("Actor %s cannot be moved now: %s", actor.actor_id, error)
         return RelocationReason.STATE_INCOMPATIBLE
+    if waited.cancelled_caught:
+        _log.info("Actor %s: a turn ran past the relocation's deadline", actor.actor_id)
+        return RelocationReason.DEADLINE_EXCEEDED
     in_spot = None if spot is None else spot.spot_id.value
     with moved.under_way():
         unit = _actor_unit(sealed, in_spot)
