@@ -164,8 +164,6 @@ class Arrivals:
             if isinstance(target, SpotId):
                 return await self._begin_spot(source, target, message)
             return await self._begin_actor(source, target, message)
-        if isinstance(message, RelocateCommit):  # the reader's path takes it (moves_in.py)
-            return self.commit(source, target, message)
         arriving = self._arriving.get(target)
         if arriving is None or arriving.source != source:
             return RelocateAnswer(False, f"no move of {target} from {source} is under way here")

@@ -114,7 +114,12 @@ class MovesIn:
 
     def _take_commit(self, origin: PeerRun, message: Send | Request) -> None:
         """The source's word that the records name this host, one way (host/moving.py Rule
-        3): a refusal can only be logged; the unit then waits for the store to settle it."""
+        3): a refusal can only be logged; the unit then waits for the store to settle it.
+        Asked as a request, it is refused and not taken."""
+        if type(message) is Request:
+            refusal = "a zlink.RelocateCommit is sent one way, never asked"
+            self._reply(origin, message, ZLinkError(ErrorKind.PROTOCOL_ERROR, refusal))
+            return
         try:
             decoded = self._node.registry.messages.decode(message.message_type, message.payload)
             if not isinstance(decoded, RelocateCommit):
@@ -122,9 +127,7 @@ class MovesIn:
             answer = self._arrivals.commit(origin.node_rid, message.target, decoded)
         except ZLinkError as error:
             answer = RelocateAnswer(False, str(error))
-        if type(message) is Request:  # asked, as a move's other words are: answered
-            self._reply(origin, message, answer)
-        elif not answer.ok:
+        if not answer.ok:
             _log.error(
                 "the commit of %s from %s was not taken: %s", message.target, origin, answer.why
             )
