@@ -185,6 +185,44 @@ async def test_spots_and_actors_are_reached_on_the_host_that_owns_them(store_dsn
         assert (owner, "one-way:None") in seen
 
 
+@pytest.mark.spec("SPOT-21")
+async def test_in_mesh_names_where_a_call_goes_and_never_where_a_spot_lives(
+    store_dsn: str,
+) -> None:
+    """A call with ``in_mesh`` of the caller's own mesh reaches the Spot that lives on the other
+    host, with or without ``instance_spot()``, and it stays there; another mesh's name finds
+    nothing, not even a Spot that exists."""
+    room, counter = fresh("room"), fresh("counter")
+    async with two_hosts(store_dsn) as (first, second):
+        owner, mesh = second.node_rid.value, first.mesh.value
+        await second.spots.get_or_create(room, "global.Room").submit()
+        await (
+            second.route.request_to_spot(counter, Ask("made"), reply_type=Answer)
+            .instance_spot("global.Counter")
+            .submit()
+        )
+        with trio.fail_after(15):
+            plain = first.route.request_to_spot(room, Ask("r"), reply_type=Answer).in_mesh(mesh)
+            typed = (
+                first.route.request_to_spot(counter, Ask("c"), reply_type=Answer)
+                .in_mesh(mesh)
+                .instance_spot("global.Counter")
+            )
+            assert (owner, "r") == ((answer := await plain.submit()).node_rid, answer.text)
+            assert (owner, "c") == ((answer := await typed.submit()).node_rid, answer.text)
+            again = first.route.request_to_spot(counter, Ask("again"), reply_type=Answer)
+            assert owner == (await again.instance_spot("global.Counter").submit()).node_rid
+        for call in (
+            first.route.request_to_spot(room, Ask("x"), reply_type=Answer).in_mesh("elsewhere"),
+            first.route.request_to_spot(counter, Ask("x"), reply_type=Answer)
+            .in_mesh("elsewhere")
+            .instance_spot("global.Counter"),
+        ):
+            with pytest.raises(zl.ZLinkError) as caught:
+                await call.submit()
+            assert zl.ErrorKind.NOT_FOUND == caught.value.kind
+
+
 @pytest.mark.spec("CMP-9.5", "ROUTE-6")
 async def test_the_owner_sees_only_the_time_left_after_the_callers_own_stages(
     store_dsn: str, monkeypatch: pytest.MonkeyPatch
