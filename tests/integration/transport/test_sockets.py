@@ -51,10 +51,12 @@ async def test_idle_and_waiting_meshes_leave_every_task_blocked_without_threads(
                         await a.send(NodeRid("b"), numbered(number, 64 * 1024))
 
                 nursery.start_soon(fill)
-                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
-                assert 1 == a.waiting_sends(NodeRid("b"))
-                assert threads == threading.active_count()
-                inbox.hold.set()
+                try:
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                    assert 1 == a.waiting_sends(NodeRid("b"))
+                    assert threads == threading.active_count()
+                finally:
+                    inbox.hold.set()  # the shielded send waits: release it whatever happened
     assert threads == threading.active_count()
 
 
