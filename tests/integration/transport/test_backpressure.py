@@ -42,10 +42,15 @@ async def test_send_at_hwm_waits_and_completes_once_when_reading_resumes(spawn: 
             await a.send(B, BLOCK)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(fill, a, B, sent)
-                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
-                assert 1 == a.waiting_sends(B)  # waiting, not failed
-                assert 0 < len(sent) < MANY
-                await child.tell("resume")
+                try:
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                    assert 1 == a.waiting_sends(B)  # waiting, not failed
+                    assert 0 < len(sent) < MANY
+                finally:
+                    # The shielded send waits until b reads again: a failure above unwinds only
+                    # then (shielded too, so that the fail_after cannot stop this release).
+                    with trio.CancelScope(shield=True):
+                        await child.tell("resume")
             assert list(range(MANY)) == sent
             await ask(a, "b")  # behind every send on the same connection
             await child.tell("count")
@@ -68,13 +73,15 @@ async def test_waiting_send_is_not_ended_by_caller_cancellation() -> None:
                         await fill(a, B, sent)
 
                 nursery.start_soon(sender)
-                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
-                assert 1 == a.waiting_sends(B)
-                waiting = len(sent)
-                caller.cancel()
-                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
-                assert 1 == a.waiting_sends(B)  # still waiting after the cancellation
-                inbox.hold.set()
+                try:
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                    assert 1 == a.waiting_sends(B)
+                    waiting = len(sent)
+                    caller.cancel()
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                    assert 1 == a.waiting_sends(B)  # still waiting after the cancellation
+                finally:
+                    inbox.hold.set()  # the shielded send waits: release it whatever happened
             assert waiting in sent  # the send that waited completed
             await inbox.wait_for(len(sent))
         numbers = [int.from_bytes(m.payload[:8], "big") for _, m in inbox.messages]
@@ -132,13 +139,15 @@ async def test_a_peer_at_its_hwm_does_not_hold_sends_to_another_peer() -> None:
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(fill, a, B, sent)
-                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
-                assert 1 == a.waiting_sends(B)
-                for number in range(200):
-                    await a.send(C, numbered(number))
-                await inbox.wait_for(200)
-                assert 1 == a.waiting_sends(B)
-                held.hold.set()
+                try:
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                    assert 1 == a.waiting_sends(B)
+                    for number in range(200):
+                        await a.send(C, numbered(number))
+                    await inbox.wait_for(200)
+                    assert 1 == a.waiting_sends(B)
+                finally:
+                    held.hold.set()  # the shielded send waits: release it whatever happened
 
 
 @pytest.mark.spec("TRN-6", "CMP-15.4", "CMP-17.11", "CMP-17.13")
@@ -156,13 +165,15 @@ async def test_replies_flow_while_the_application_connection_is_saturated() -> N
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(fill, a, B, sent)
-                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
-                assert 1 == a.waiting_sends(B)
-                for number in range(100):
-                    payload = number.to_bytes(8, "big")
-                    assert payload == (await ask(b, "a", payload)).payload
-                assert 1 == a.waiting_sends(B)  # a's application connection is still full
-                held.hold.set()
+                try:
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                    assert 1 == a.waiting_sends(B)
+                    for number in range(100):
+                        payload = number.to_bytes(8, "big")
+                        assert payload == (await ask(b, "a", payload)).payload
+                    assert 1 == a.waiting_sends(B)  # a's application connection is still full
+                finally:
+                    held.hold.set()  # the shielded send waits: release it whatever happened
 
 
 @pytest.mark.spec("TRN-13")
