@@ -53,8 +53,12 @@ async def test_a_send_waits_for_writability_only_after_the_socket_refused_it(
                 admitted: list[int] = []
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(fill, a, B, admitted)
-                    await until_stuck(a, B, admitted)
-                    inbox.hold.set()
+                    try:
+                        await until_stuck(a, B, admitted)
+                    finally:
+                        # Inside the nursery: the one below runs only once the shielded send
+                        # ended, so it could not release it when the fail_after fires here.
+                        inbox.hold.set()
         finally:
             inbox.hold.set()
     waits = [index for index, (_, what) in enumerate(events) if what == "wait"]
