@@ -240,8 +240,8 @@ async def test_a_slow_peer_whose_reader_is_held_stays_up_while_a_send_waits() ->
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(outcome, fill(a, B), ended)
-                await until(lambda: a.waiting_sends(B) == 1)
                 try:
+                    await until(lambda: a.waiting_sends(B) == 1)
                     await no_route_change(a, 2 * WINDOW)
                 finally:
                     inbox.hold.set()  # a waiting send cannot be cancelled: let it finish
