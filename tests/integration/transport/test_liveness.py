@@ -51,12 +51,17 @@ async def test_killed_peer_ends_waiting_sends_and_requests_within_the_window(spa
                 nursery.start_soon(outcome, ask(a, "b", kind="hang", timeout=30), ended)
                 await a.send(B, BLOCK)
                 nursery.start_soon(outcome, fill(a, B), ended)
-                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
-                assert 1 == a.waiting_sends(B)
-                assert 1 == a.pending_requests
-                killed = trio.current_time()
-                child.process.kill()
-                change = await a.route_changes.receive()
+                try:
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                    assert 1 == a.waiting_sends(B)
+                    assert 1 == a.pending_requests
+                    killed = trio.current_time()
+                    child.process.kill()
+                    change = await a.route_changes.receive()
+                finally:
+                    # The shielded send waits until b is lost: a failure before the kill
+                    # unwinds only once it is killed (a second kill does nothing).
+                    child.process.kill()
             lost_after = trio.current_time() - killed
         assert [ErrorKind.UNAVAILABLE, ErrorKind.UNAVAILABLE] == sorted(ended)
         assert isinstance(change, RouteLost)
