@@ -147,10 +147,10 @@ async def test_request_carries_the_budget_left_after_admission() -> None:
             async with trio.open_nursery() as nursery:
                 admitted: list[int] = []
                 nursery.start_soon(fill, a, B, admitted)
-                await until_stuck(a, B, admitted)
-                started = trio.current_time()
-                nursery.start_soon(outcome, ask(a, "b", kind="hang", timeout=3.0), ended)
                 try:
+                    await until_stuck(a, B, admitted)  # the fail_after may end it while fill waits
+                    started = trio.current_time()
+                    nursery.start_soon(outcome, ask(a, "b", kind="hang", timeout=3.0), ended)
                     await trio.testing.wait_all_tasks_blocked(cushion=0.05)
                     assert 2 == a.waiting_sends(B)  # the request waits for admission too
                     waited = trio.current_time() - started
