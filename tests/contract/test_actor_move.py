@@ -215,6 +215,24 @@ async def _sealing(host: TestHost, actor_id: str) -> None:
             await trio.sleep(0.001)
 
 
+async def _stalled(
+    source: TestHost, actor_id: str, nursery: trio.Nursery, answers: dict[str, Count]
+) -> None:
+    """Wallet ``actor_id`` (count 1) runs a turn that waits for ``go_on`` (its answer goes to
+    ``answers["stall"]``)."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    await source.actors.create(actor_id, "amove.Wallet").submit()
+    await source.route.send_to_actor(actor_id, Add(1)).submit()
+
+    async def stall() -> None:
+        call = source.route.request_to_actor(actor_id, Stall(), reply_type=Count)
+        answers["stall"] = await call.submit()
+
+    nursery.start_soon(stall)
+    await stalled.wait()
+
+
 @pytest.mark.spec("RELOC-61", "RELOC-23")
 async def test_an_entry_actor_moves_with_its_state_and_generation(store_dsn: str) -> None:
     """A Wallet with an adapter and a Visitor made anew: after the source relocates, both answer
@@ -263,8 +281,6 @@ async def test_what_waited_in_an_actors_queue_runs_on_the_target_in_order(
     """A turn runs when the relocation starts, with sends and a request queued behind it: the
     turn ends on the source, then what was queued runs on the target in order, and the
     request's caller gets the target's answer."""
-    global stalled, go_on
-    stalled, go_on = trio.Event(), trio.Event()
     marks.clear()
     async with (
         open_test_stores(store_dsn) as stores,
@@ -272,21 +288,14 @@ async def test_what_waited_in_an_actors_queue_runs_on_the_target_in_order(
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
         await _meet(source, target)
-        await source.actors.create("w-2", "amove.Wallet").submit()
-        await source.route.send_to_actor("w-2", Add(1)).submit()
         answers: dict[str, Count] = {}
         results: list[zl.RelocationResult] = []
         async with trio.open_nursery() as nursery:
 
-            async def stall() -> None:
-                call = source.route.request_to_actor("w-2", Stall(), reply_type=Count)
-                answers["stall"] = await call.submit()
-
             async def queued() -> None:
                 answers["queued"] = await _get(source, "w-2").submit()
 
-            nursery.start_soon(stall)
-            await stalled.wait()
+            await _stalled(source, "w-2", nursery, answers)
             await source.route.send_to_actor("w-2", Mark("one")).submit()
             await source.route.send_to_actor("w-2", Add(10)).submit()
             await source.route.send_to_actor("w-2", Mark("two")).submit()
@@ -313,25 +322,15 @@ async def test_an_actor_turn_that_outlasts_the_deadline_keeps_the_actor_here(
     """An Actor's turn runs past the relocation's deadline with a send queued behind it: the
     relocation ends BLOCKED/DEADLINE_EXCEEDED at its deadline, and the Actor serves on the
     source, the queued send first."""
-    global stalled, go_on
-    stalled, go_on = trio.Event(), trio.Event()
     async with (
         open_test_stores(store_dsn) as stores,
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
         await _meet(source, target)
-        await source.actors.create("w-7", "amove.Wallet").submit()
-        await source.route.send_to_actor("w-7", Add(1)).submit()
         answers: dict[str, Count] = {}
         async with trio.open_nursery() as nursery:
-
-            async def stall() -> None:
-                call = source.route.request_to_actor("w-7", Stall(), reply_type=Count)
-                answers["stall"] = await call.submit()
-
-            nursery.start_soon(stall)
-            await stalled.wait()
+            await _stalled(source, "w-7", nursery, answers)
             await source.route.send_to_actor("w-7", Add(10)).submit()
             with trio.fail_after(10):  # without the bound it waits for the turn: for ever
                 result = await source.host.relocate(deadline=0.3)

@@ -142,6 +142,25 @@ async def _sealing(host: TestHost, spot_id: str) -> None:
             await trio.sleep(0.001)
 
 
+async def _stalled(
+    source: TestHost, spot_id: str, nursery: trio.Nursery, answers: dict[str, Count]
+) -> None:
+    """Counter ``spot_id`` (count 1) runs a turn that waits for ``go_on`` (its answer goes to
+    ``answers["stall"]``), with ``Add(10)`` queued behind it."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    counter = "move.Counter"
+    await source.route.send_to_spot(spot_id, Add(1)).instance_spot(counter).submit()
+
+    async def stall() -> None:
+        call = source.route.request_to_spot(spot_id, Stall(), reply_type=Count)
+        answers["stall"] = await call.instance_spot(counter).submit()
+
+    nursery.start_soon(stall)
+    await stalled.wait()
+    await source.route.send_to_spot(spot_id, Add(10)).instance_spot(counter).submit()
+
+
 @pytest.mark.spec("RELOC-47", "RELOC-7", "RELOC-23", "RELOC-13", "DEC-6")
 async def test_a_spot_moves_with_its_state_and_generation(store_dsn: str) -> None:
     """An Instance Spot with an adapter and a User Spot made anew: after the source relocates,
@@ -195,28 +214,19 @@ async def test_what_waited_at_the_seal_is_answered_from_the_target_in_order(
     """A turn runs when the relocation starts, with a send and a request queued behind it: the
     turn ends on the source, then the queued send and request run on the target, in order, and
     the request's caller gets the target's answer."""
-    global stalled, go_on
-    stalled, go_on = trio.Event(), trio.Event()
     async with (
         open_test_stores(store_dsn) as stores,
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
         await _meet(source, target)
-        await source.route.send_to_spot("c-2", Add(1)).instance_spot("move.Counter").submit()
         answers: dict[str, Count] = {}
         async with trio.open_nursery() as nursery:
-
-            async def stall() -> None:
-                call = source.route.request_to_spot("c-2", Stall(), reply_type=Count)
-                answers["stall"] = await call.instance_spot("move.Counter").submit()
 
             async def queued() -> None:
                 answers["queued"] = await _get(source, "c-2").submit()
 
-            nursery.start_soon(stall)
-            await stalled.wait()
-            await source.route.send_to_spot("c-2", Add(10)).instance_spot("move.Counter").submit()
+            await _stalled(source, "c-2", nursery, answers)
             nursery.start_soon(queued)
             await trio.testing.wait_all_tasks_blocked()
             results: list[zl.RelocationResult] = []
@@ -239,25 +249,15 @@ async def test_a_turn_that_outlasts_the_deadline_keeps_the_spot_serving_here(
     """A turn runs past the relocation's deadline, with a send queued behind it: the relocation
     ends BLOCKED/DEADLINE_EXCEEDED at its deadline, not when the turn ends, and the Spot serves
     on the source with nothing lost, the queued send first."""
-    global stalled, go_on
-    stalled, go_on = trio.Event(), trio.Event()
     async with (
         open_test_stores(store_dsn) as stores,
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
         await _meet(source, target)
-        await source.route.send_to_spot("c-9", Add(1)).instance_spot("move.Counter").submit()
         answers: dict[str, Count] = {}
         async with trio.open_nursery() as nursery:
-
-            async def stall() -> None:
-                call = source.route.request_to_spot("c-9", Stall(), reply_type=Count)
-                answers["stall"] = await call.instance_spot("move.Counter").submit()
-
-            nursery.start_soon(stall)
-            await stalled.wait()
-            await source.route.send_to_spot("c-9", Add(10)).instance_spot("move.Counter").submit()
+            await _stalled(source, "c-9", nursery, answers)
             with trio.fail_after(10):  # without the bound it waits for the turn: for ever
                 result = await source.host.relocate(deadline=0.3)
             assert zl.RelocationOutcome.BLOCKED == result.outcome, result
