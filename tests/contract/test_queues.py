@@ -150,10 +150,11 @@ async def test_a_full_queue_refuses_requests_and_makes_sends_wait(
 
 
 @pytest.mark.spec("ERR-8.1")
-async def test_the_shared_job_queue_is_a_cancellable_wait(store_dsn: str) -> None:
-    """A running turn holds no permit; with both permits held by queued messages, a third send
-    waits instead of failing; cancelling it admits nothing; a request waiting for a permit ends
-    with its deadline; once a queued turn starts, a waiting send is admitted."""
+async def test_the_shared_job_queue_is_a_wait_a_request_can_cancel(store_dsn: str) -> None:
+    """A running turn holds no permit; with both permits held by queued messages, a request
+    waiting for a permit is cancelled by its caller's scope and admits nothing, another ends
+    with its deadline; a send waits instead of failing (shielded from its caller, DEC-1: see
+    test_send_shielded.py) and is admitted once a queued turn starts."""
     target = f"q-{uuid.uuid4().hex[:10]}"
     async with zl.open_host(app, config(store_dsn, app_job_queue_size=2)) as host:
         await host.spots.get_or_create(target, "queue.Room").submit()
@@ -162,7 +163,8 @@ async def test_the_shared_job_queue_is_a_cancellable_wait(store_dsn: str) -> Non
             await host.route.send_to_spot(target, Done("queued")).submit()
             await host.route.send_to_spot(target, Done("queued 2")).submit()
             with trio.move_on_after(0.2) as waited:
-                await host.route.send_to_spot(target, Done("cancelled")).submit()
+                cancelled = host.route.request_to_spot(target, Work("cancelled"), reply_type=Done)
+                await cancelled.timeout(60).submit()
             assert waited.cancelled_caught
             with pytest.raises(zl.ZLinkError) as caught:
                 await (

@@ -7,11 +7,13 @@ admitted message carries and how its request is answered is ``node/envelope.py``
 
 Rule 1: two bounds, two meanings. Every admitted message holds one permit of the host's shared
 application job queue (``HostConfig.app_job_queue_size``) from admission until its turn has its
-gate and starts, or until it is dropped; running short of permits is a wait the caller can
-cancel, never an error (ERR-8.1). Each Spot's and Actor's own queue also has a structural limit
-(``HostConfig.mailbox_limit``); a request that finds it full ends at once with
-``CAPACITY_EXCEEDED`` because this runtime owns that queue (ERR-5.10), while a one-way send waits
-for room, since a send that meets insufficient local capacity waits (CMP-5.1).
+gate and starts, or until it is dropped; running short of permits is a wait, never an error:
+a request's caller can cancel it (ERR-8.1), a one-way send's cannot, since its caller shields it
+(DEC-1, CMP-7.5; routing/local.py Rule 3), so Rule 3 is what ends that wait. Each Spot's and
+Actor's own queue also has a structural limit (``HostConfig.mailbox_limit``); a request that
+finds it full ends at once with ``CAPACITY_EXCEEDED`` because this runtime owns that queue
+(ERR-5.10), while a one-way send waits for room, since a send that meets insufficient local
+capacity waits (CMP-5.1).
 Rule 3: a wait ends when what it waits for is gone. ``JobPermits.close()`` (host shutdown) ends
 every wait for a permit, and closing a mailbox ends every wait for room in it; each reports it
 with ``False`` and the caller names the error: ``SHUTTING_DOWN`` when its host stopped
@@ -96,8 +98,9 @@ class JobPermits:
         return True
 
     async def acquire(self) -> bool:
-        """Take a permit, waiting (cancellably) while none is free: ``True`` with the permit
-        held, ``False`` without one once ``close()`` has ended the wait (Rule 3)."""
+        """Take a permit, waiting while none is free (cancellable, unless the caller shields
+        it): ``True`` with the permit held, ``False`` without one once ``close()`` has ended the
+        wait (Rule 3)."""
         try:
             self._permits.acquire_nowait()
         except trio.WouldBlock:
@@ -242,7 +245,8 @@ class Mailbox(Generic[T]):
 
     async def put(self, envelope: T) -> bool:
         """Admit ``envelope``, waiting for room while the queue is full: ``True`` once admitted,
-        ``False`` when the queue is sealed before there is room (Rule 3)."""
+        ``False`` when the queue is sealed before there is room (Rule 3). Cancellable; a one-way
+        send's caller shields it (routing/local.py Rule 3), so only ``close()`` or room ends it."""
         if self._closed:
             return False
         if self._room():

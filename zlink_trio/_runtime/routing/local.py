@@ -15,6 +15,12 @@ Rule 2: one atomic pop decides a request. Its entry is registered before the mes
 one that gets it completes the call (CMP-9.1, CMP-10.2). The deadline, on the host's application
 clock (``node.clock``), gives ``DEADLINE_EXCEEDED``; a caller's Trio cancel scope gives
 ``trio.Cancelled`` (CMP-9.10).
+Rule 3: a one-way send's waits are not its caller's (DEC-1, CMP-7.5). Its wait for a job permit
+(``send_permit``) and for room in a full mailbox (``admit``) are shielded from the caller's
+cancellation, as the transport's wait at a peer's high-water mark is (TRN-11); each ends only by
+admission or by what ends it without any cancellation: ``JobPermits.close()`` and the seal of
+every mailbox at shutdown (``SHUTTING_DOWN``, CMP-7.10), the target's closing (``UNAVAILABLE``,
+CMP-7.9). A request's waits stay its caller's (``job_permit``, ERR-8.1).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.registry import ActorType, Handler, SpotType
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome, PendingCall, shutting_down
+from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
@@ -38,11 +45,13 @@ from zlink_trio.ids import ActorId, SpotId, SpotKind, StableTypeName
 __all__ = [
     "InstanceChoice",
     "actor_context",
+    "admit",
     "deadline_error",
     "job_permit",
     "reply_of",
     "resolve_actor",
     "resolve_spot",
+    "send_permit",
 ]
 
 
@@ -137,6 +146,24 @@ async def job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -
             return
         raise shutting_down()  # shutdown ended the wait (mailbox.py Rule 3)
     raise deadline_error(spot_id)
+
+
+async def send_permit(node: LocalNode) -> None:
+    """Take a job permit for a one-way send, shielded from its caller (Rule 3); ``SHUTTING_DOWN``
+    when shutdown ends the wait (mailbox.py Rule 3)."""
+    if node.jobs.try_acquire():
+        return  # the hot path: no cancel scope, no checkpoint
+    with trio.CancelScope(shield=True):
+        if await node.jobs.acquire():
+            return
+    raise shutting_down()
+
+
+async def admit(target: Activation | ActorActivation, envelope: Envelope) -> None:
+    """Put a one-way send's ``envelope`` in ``target``'s queue, waiting for room shielded from
+    its caller (Rule 3); the queue's own ``put`` names how a wait ended without admission."""
+    with trio.CancelScope(shield=True):
+        await target.put(envelope)
 
 
 async def reply_of(

@@ -3,7 +3,8 @@ CMP-4.2, CMP-4.4, CMP-9.1..CMP-9.4, CMP-9.10, CMP-14.2, CMP-17.7; specs/spots.md
 specs/errors.md ERR-4.1, ERR-4.2, ERR-5.1..ERR-5.9).
 
 Rule 1: a one-way send completes at local admission: the message is in the target Spot's
-mailbox; it waits for no handler (CMP-4.2). It has no time bound and no deadline (DEC-1).
+mailbox; it waits for no handler (CMP-4.2). It has no time bound and no deadline, and its waits
+for a permit, for room and for credit are shielded from its caller (DEC-1; local.py Rule 3).
 Rule 2: a request fixes one deadline when its terminal starts, on the host's application clock
 (``node.clock``, VCLK-2); resolution, cold activation, admission and the reply wait all spend
 from it (CMP-9.4). Its entry is registered before the message is admitted (completion.py Rule
@@ -49,19 +50,20 @@ from zlink_trio._runtime.actors.catalog import ActorCatalog
 from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.registry import Handler
 from zlink_trio._runtime.declarations.values import MessageContext
-from zlink_trio._runtime.engines.completion import shutting_down
 from zlink_trio._runtime.engines.gate import current_turn
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.follow import Moved
 from zlink_trio._runtime.routing.local import (
     InstanceChoice,
     actor_context,
+    admit,
     deadline_error,
     handler_of,
     job_permit,
     reply_of,
     resolve_actor,
     resolve_spot,
+    send_permit,
 )
 from zlink_trio._runtime.routing.owner import STALE, Owner, Stale
 from zlink_trio._runtime.routing.remote import Remote
@@ -125,9 +127,7 @@ class Messaging:
             await relay.send(moved_to, spot_id, message, metadata, self._type_of(instance))
             return
         jobs = node.jobs
-        # The hot path takes a free permit and mailbox slot without a checkpoint; a shortage waits.
-        if not jobs.try_acquire() and not await jobs.acquire():
-            raise shutting_down()  # shutdown ended the wait (mailbox.py Rule 3)
+        await send_permit(node)  # no checkpoint while a permit is free; a shortage waits
         held = True
         try:
             create = local or self.remote is None
@@ -155,7 +155,7 @@ class Messaging:
                 self._own(message, encoded), handler, MessageContext(spot_id, metadata), None
             )
             if not activation.try_put(envelope):
-                await activation.put(envelope)
+                await admit(activation, envelope)
         except BaseException:
             if held:
                 jobs.release()
@@ -330,12 +330,11 @@ class Messaging:
                 raise ZLinkError(
                     ErrorKind.UNAVAILABLE, f"the owner of Actor {actor_id} is not live"
                 )
-        if not await node.jobs.acquire():
-            raise shutting_down()  # shutdown ended the wait (mailbox.py Rule 3)
+        await send_permit(node)
         try:
             actor, handler = resolve_actor(self.actors, actor_id, type(message), HandlerKind.PACKET)
             context = actor_context(actor, actor_id, metadata)
-            await actor.put(Envelope(self._own(message, encoded), handler, context, None))
+            await admit(actor, Envelope(self._own(message, encoded), handler, context, None))
         except BaseException:
             node.jobs.release()
             raise
