@@ -1,0 +1,223 @@
+"""A one-way send cannot be cancelled by its caller (specs/decisions.md DEC-1; specs/completion.md
+CMP-7.1..CMP-7.5; specs/overload.md OVL-2): its waits for room in a full mailbox, for a job
+permit and for a peer's credit are shielded, and end only by admission, route loss or shutdown.
+
+Each test cancels the caller's scope while its send waits, then checks that the send was still
+waiting (not ended by the cancellation), and that it then ends by admission (the handler records
+the message; the caller sees its cancellation only at its next checkpoint after ``submit()``
+returned) or by its host's shutdown (``SHUTTING_DOWN``) or its owner's departure
+(``UNAVAILABLE``). The interleaving is forced with events and ``wait_all_tasks_blocked``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+import zlink_trio as zl
+from tests.contract.test_operation_identity import _meet
+from zlink_trio.testing import TestHost, open_test_host, open_test_mesh
+
+app = zl.Application()
+noted: list[int] = []
+BLOCKING = 0
+"""The note whose turn waits for ``Gate.release``."""
+
+
+class Gate:
+    entered = trio.Event()
+    release = trio.Event()
+
+
+@pytest.fixture(autouse=True)
+def reset() -> None:
+    """Fresh events and records for each test (each runs its own Trio loop)."""
+    Gate.entered, Gate.release = trio.Event(), trio.Event()
+    noted.clear()
+
+
+@app.message("shield.Note")
+@attrs.frozen
+class Note:
+    n: int
+
+
+async def _note(msg: Note) -> None:
+    if msg.n == BLOCKING:
+        Gate.entered.set()
+        await Gate.release.wait()
+    noted.append(msg.n)
+
+
+@app.user_spot("shield.Room")
+class Room(zl.Spot):
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note) -> None:
+        await _note(msg)
+
+
+@app.actor("shield.Player")
+class Player(zl.Actor):
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note) -> None:
+        await _note(msg)
+
+
+class Caller:
+    """One application task whose send is cancelled while it waits: what it saw, in order."""
+
+    def __init__(self, call: zl.SpotSendCall | zl.ActorSendCall) -> None:
+        self.call = call
+        self.scope = trio.CancelScope()
+        self.seen: list[str] = []
+        self.done = trio.Event()
+
+    async def run(self) -> None:
+        try:
+            with self.scope:
+                try:
+                    await self.call.submit()
+                except zl.ZLinkError as error:
+                    self.seen.append(error.kind.name)
+                    return
+                self.seen.append("admitted")
+                await trio.lowlevel.checkpoint()  # the pending cancellation takes effect here
+                self.seen.append("not cancelled")
+            if self.scope.cancelled_caught:
+                self.seen.append("cancelled")
+        finally:
+            self.done.set()
+
+    async def ended(self, within: float) -> list[str]:
+        """What the send ended with, once it ends or after ``within`` seconds (then ``[]``): a
+        bound outside the shield, since ``fail_after`` cannot end a shielded wait."""
+        with trio.move_on_after(within):
+            await self.done.wait()
+        return list(self.seen)
+
+    async def cancel_while_waiting(self, nursery: trio.Nursery) -> None:
+        """Start the send, cancel its caller's scope once it waits; it must still be waiting."""
+        nursery.start_soon(self.run)
+        await trio.testing.wait_all_tasks_blocked()
+        assert [] == self.seen  # it waits
+        self.scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [] == self.seen  # still waiting: the cancellation did not end it
+
+
+async def _target(host: TestHost, to_actor: bool) -> zl.SpotSendCall | zl.ActorSendCall:
+    """Make the Spot or Actor ``t`` and start its blocking turn; a send of a note to it."""
+    if to_actor:
+        await host.actors.create("t", "shield.Player").submit()
+    else:
+        await host.spots.get_or_create("t", "shield.Room").submit()
+    send = host.route.send_to_actor if to_actor else host.route.send_to_spot
+    await send("t", Note(BLOCKING)).submit()
+    await Gate.entered.wait()
+    await send("t", Note(1)).submit()  # queued behind the blocked turn: the queue, or the permit
+    return send("t", Note(2))
+
+
+@pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
+@pytest.mark.parametrize("full", ["mailbox", "permits"])
+@pytest.mark.spec("CMP-7.5", "CMP-7.2", "DEC-1")
+async def test_a_cancelled_send_waiting_for_room_or_a_permit_is_still_admitted(
+    store_dsn: str, full: str, to_actor: bool
+) -> None:
+    """A send waiting for room in a full Spot or Actor queue, or for the host's only job permit,
+    whose caller's scope is cancelled, goes on waiting; once the blocked turn ends it is admitted
+    and handled, and its caller sees the cancellation only after submit() returned."""
+    limits = {"mailbox_limit": 1} if full == "mailbox" else {"app_job_queue_size": 1}
+    async with open_test_host(app, dsn=store_dsn, **limits) as host:
+        with trio.fail_after(20):
+            caller = Caller(await _target(host, to_actor))
+            async with trio.open_nursery() as nursery:
+                await caller.cancel_while_waiting(nursery)
+                assert [] == noted  # the blocked turn has not ended
+                Gate.release.set()
+            assert ["admitted", "cancelled"] == caller.seen
+            await host.wait_quiet()
+    assert [0, 1, 2] == noted
+
+
+@pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
+@pytest.mark.parametrize("full", ["mailbox", "permits"])
+@pytest.mark.spec("CMP-7.5", "CMP-7.4", "CMP-7.9", "CMP-7.10", "DEC-1")
+async def test_shutdown_ends_a_cancelled_send_waiting_for_room_or_a_permit(
+    store_dsn: str, full: str, to_actor: bool
+) -> None:
+    """A send waiting for room or a permit whose caller's scope was cancelled still ends, with
+    SHUTTING_DOWN, as soon as its host shuts down, while the turn that fills the queue is still
+    blocked: the shield never leaves a wait that only a cancellation could end."""
+    limits = {"mailbox_limit": 1} if full == "mailbox" else {"app_job_queue_size": 1}
+    async with open_test_host(app, dsn=store_dsn, **limits) as host:
+        with trio.fail_after(20):
+            caller = Caller(await _target(host, to_actor))
+            async with trio.open_nursery() as nursery:
+                await caller.cancel_while_waiting(nursery)
+                nursery.start_soon(host.shutdown)
+                ended = await caller.ended(10)  # before the blocked turn is released
+                Gate.release.set()  # also what ends the wait if shutdown did not
+    assert ["SHUTTING_DOWN"] == ended
+    assert 2 not in noted
+
+
+def _credits(sender: TestHost) -> Any:
+    remote: Any = sender.host._tree.remote
+    return remote.credits
+
+
+async def _paused_send(sender: TestHost, owner: TestHost) -> Caller:
+    """The Spot ``t`` on ``owner``, known to ``sender``, which holds a ``zlink.Pause`` for it
+    (what its reader does with the owner's word, credit.py Rule 1); a send to it from
+    ``sender``."""
+    await _meet(sender, owner)
+    await owner.spots.get_or_create("t", "shield.Room").submit()
+    await sender.route.send_to_spot("t", Note(1)).submit()  # the route and the owner are known
+    await owner.wait_quiet()
+    _credits(sender).pause(owner.node_rid, zl.SpotId("t"))
+    return Caller(sender.route.send_to_spot("t", Note(2)))
+
+
+@pytest.mark.spec("CMP-7.5", "CMP-7.2", "OVL-2", "DEC-1")
+async def test_a_cancelled_send_waiting_for_credit_is_still_sent(store_dsn: str) -> None:
+    """A send paused by its owner whose caller's scope is cancelled goes on waiting; once the
+    owner resumes it is sent and handled, and its caller sees the cancellation only after
+    submit() returned."""
+    async with open_test_mesh(app, hosts=2, dsn=store_dsn) as mesh:
+        sender, owner = mesh[0], mesh[1]
+        with trio.fail_after(30):
+            caller = await _paused_send(sender, owner)
+            async with trio.open_nursery() as nursery:
+                await caller.cancel_while_waiting(nursery)
+                _credits(sender).resume(owner.node_rid, zl.SpotId("t"))
+            assert ["admitted", "cancelled"] == caller.seen
+            await mesh.wait_quiet()
+    assert [1, 2] == noted
+
+
+@pytest.mark.parametrize("end", ["sender shuts down", "owner leaves"])
+@pytest.mark.spec("CMP-7.5", "CMP-7.3", "CMP-7.4", "OVL-2", "DEC-1")
+async def test_shutdown_or_route_loss_ends_a_cancelled_send_waiting_for_credit(
+    store_dsn: str, end: str
+) -> None:
+    """A paused send whose caller's scope was cancelled still ends: SHUTTING_DOWN when its own
+    host shuts down, UNAVAILABLE when the owner leaves the mesh; never by the cancellation."""
+    async with open_test_mesh(app, hosts=2, dsn=store_dsn) as mesh:
+        sender, owner = mesh[0], mesh[1]
+        with trio.fail_after(30):
+            caller = await _paused_send(sender, owner)
+            async with trio.open_nursery() as nursery:
+                await caller.cancel_while_waiting(nursery)
+                nursery.start_soon(
+                    sender.shutdown if end == "sender shuts down" else owner.shutdown
+                )
+                ended = await caller.ended(10)
+                _credits(sender).resume(owner.node_rid, zl.SpotId("t"))  # ends it if that did not
+    expected = "SHUTTING_DOWN" if end == "sender shuts down" else "UNAVAILABLE"
+    assert [expected] == ended
+    assert [1] == noted
