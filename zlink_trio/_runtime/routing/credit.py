@@ -50,10 +50,8 @@ class Credits:
         with trio.CancelScope(shield=True):
             while (lifted := self._paused.get((owner, target))) is not None:
                 if self._closed:
-                    break
+                    raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
                 await lifted.wait()
-        if self._closed:
-            raise ZLinkError(ErrorKind.SHUTTING_DOWN, "the host is shutting down")
 
     def pause(self, owner: NodeRid, target: Target) -> None:
         self._paused.setdefault((owner, target), trio.Event())
