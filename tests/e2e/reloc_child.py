@@ -155,7 +155,10 @@ async def relocate(
     mode = zl.RelocationMode[command["mode"]]
     call = host.relocate_and_shutdown if command["shutdown"] else host.relocate
     outcome = await call(mode, target_version=command["version"], deadline=command["deadline"])
-    result.write_text(json.dumps({"outcome": outcome.outcome.name, "reason": outcome.reason.name}))
+    # Written whole, then renamed: the test polls for the file and must never read it half done.
+    written = result.with_suffix(".writing")
+    written.write_text(json.dumps({"outcome": outcome.outcome.name, "reason": outcome.reason.name}))
+    written.replace(result)
     if command["shutdown"] and outcome.relocated:
         done.cancel()  # the host shut down: the process ends
 
