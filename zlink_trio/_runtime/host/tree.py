@@ -249,7 +249,11 @@ class TaskTree:
             if self._batches is not None:
                 self._batches.close()
                 await self._batches_ended.wait()
-            # Peers are served no more: inbound work ends, the transport closes.
+            # Peers are served no more: inbound work ends, the transport closes, and so does
+            # every wait for a peer's credit (shielded, it ends no other way, OVL-2): not
+            # before, so a relay still waiting for it can yet go out.
+            if self.remote is not None:
+                self.remote.credits.close()
             self._remote_scope.cancel()
             self._close_transport.set()
             if self.remote is not None:
@@ -265,6 +269,8 @@ class TaskTree:
             # closes and the result is published, so no waiter of shutdown() is left behind.
             if self._batches is not None:
                 self._batches.close()
+            if self.remote is not None:
+                self.remote.credits.close()
             self._remote_scope.cancel()
             self._close_transport.set()
             self._membership_scope.cancel()

@@ -12,7 +12,9 @@ Rule 3: the wait is not the caller's. A one-way send cannot be cancelled by its 
 CMP-7.5): the sender waits shielded, like a send at the high-water mark (TRN-11), and the wait
 ends only by a ``zlink.Resume`` (the send goes on), by its owner's loss (Rule 2, then
 ``UNAVAILABLE``) or by this host's shutdown: ``close()`` ends every wait, now and later, with
-``SHUTTING_DOWN``, since nothing else can end a wait its caller cannot cancel.
+``SHUTTING_DOWN``, since nothing else can end a wait its caller cannot cancel. The host calls it
+as its transport closes, not before: a relayed send (routing/follow.py) that waits for credit
+carries a message its sender has acknowledged, and may still go out until then.
 """
 
 from __future__ import annotations

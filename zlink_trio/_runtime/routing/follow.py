@@ -113,8 +113,9 @@ class Moved:
 
     @contextmanager
     def answer_awaited(self) -> Iterator[None]:
-        """Around a relayed request's wait for the new owner's answer: the quiet wait waits for
-        it too, so a shutdown does not end it with ``SHUTTING_DOWN`` (RELOC-69)."""
+        """Around a relay under way (a relayed request's wait for the new owner's answer, a
+        relayed send's wait for the transport to take it): the quiet wait waits for it too, so
+        a shutdown does not end it with ``SHUTTING_DOWN`` (RELOC-69)."""
         self._in_flight += 1
         try:
             yield
@@ -179,7 +180,10 @@ async def relay_followed(
     relay, owner = followed
     if type(message) is Send:
         try:
-            await relay.send_as_is(owner, message)
+            # A send waiting for the new owner's credit is under way too: a shutdown's quiet
+            # wait must not leave it behind (its sender has it acknowledged).
+            with moved.answer_awaited():
+                await relay.send_as_is(owner, message)
         except ZLinkError as error:
             _log.warning("a send to %s was not relayed: %s", message.target, error)
         return

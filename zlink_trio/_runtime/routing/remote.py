@@ -346,7 +346,6 @@ class Remote:
     def settle_all(self) -> None:
         """Shutdown: every remote request still waiting ends with ``SHUTTING_DOWN`` (Rule 6)."""
         self._settled = True
-        self.credits.close()  # a send waiting for credit is shielded too: it ends here (OVL-2)
         waiters = list(self._route_waiters.values())
         self._route_waiters.clear()
         for event in waiters:
