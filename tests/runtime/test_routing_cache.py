@@ -8,6 +8,7 @@ clearing it first where they would (hints dropped, no store change at all).
 from __future__ import annotations
 
 import functools
+import math
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -147,3 +148,46 @@ async def test_a_failed_route_makes_the_cache_forget_the_owner(store_dsn: str) -
         assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
         assert zl.SpotId(room) not in remote_of(first)._cache
         assert second.node_rid in first.peers
+
+
+@pytest.mark.spec("ROUTE-13")
+async def test_an_owner_read_while_a_hint_for_it_comes_in_is_not_remembered(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller reads a Spot's owner; a change hint for the Spot's key comes in while that
+    read is under way: the call still gets the owner it read, but the cache does not keep it, so
+    the next call reads again. A read with no hint meanwhile is kept as before."""
+    async with two_hosts(store_dsn) as (first, second):
+        room = f"room-{uuid.uuid4().hex[:10]}"
+        await second.spots.get_or_create(room, "cache.Room").submit()
+        remote = remote_of(first)
+        authority = remote._node.authority
+        reading, go_on = trio.Event(), trio.Event()
+        plain_read = authority.read
+
+        async def held_read(target: zl.SpotId) -> object:
+            found = await plain_read(target)
+            reading.set()
+            await go_on.wait()
+            return found
+
+        monkeypatch.setattr(authority, "read", held_read)
+        monkeypatch.setattr(Remote, "_forget_key", lambda self, key: None)  # only this test's
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                owners: list[Owner] = []
+
+                async def resolve() -> None:
+                    found = await remote.owner_of(zl.SpotId(room), math.inf)
+                    assert isinstance(found, Owner)
+                    owners.append(found)
+
+                nursery.start_soon(resolve)
+                await reading.wait()
+                remote.forget(zl.SpotId(room), flush=True)  # the hint, as _follow_store gives it
+                go_on.set()
+            assert [second.node_rid] == [owner.node_rid for owner in owners]
+            assert zl.SpotId(room) not in remote._cache
+            # Read again, with nothing coming in meanwhile: kept.
+            again = await remote.owner_of(zl.SpotId(room), math.inf)
+            assert again is remote._cache[zl.SpotId(room)]

@@ -10,7 +10,9 @@ Rule 1: the store says who owns an id; the routing cache remembers it. A call wh
 local reads the target's authority record (the resolve counts inside a request's deadline) and
 keeps ``id -> owner`` in a cache. The cache forgets an entry when a store change hint names its
 key, on a ``Resync``, when the owner's node record goes away (``PeerDown``), and when the owner
-answers that it has no such target, so the next call resolves again. Misses are never cached.
+answers that it has no such target, so the next call resolves again. Misses are never cached,
+and neither is an owner read while a hint or a forget for its target came in (ROUTE-13): the
+read may predate the change, and a stale entry would outlive it.
 Rule 2: an owner that is not live is nobody. A record whose owner's node record is gone is
 stale: a call to it ends with ``UNAVAILABLE``, and a claim may take it over (authority.py Rule
 5), so a Spot of a killed host can be activated again elsewhere with a higher generation.
@@ -91,6 +93,8 @@ class Remote:
         """What this host reclaims of dead runs (janitor.py)."""
         self.mesh: RouteMesh | None = None
         self._cache: dict[Target, Owner] = {}
+        self._resolving: dict[Target, list[int]] = {}
+        """Targets whose owner is being read: [reads under way, forgets since] (Rule 1)."""
         self._route_waiters: dict[NodeRid, trio.Event] = {}
         self._tasks: trio.Nursery | None = None
         self._gone: set[NodeRid] = set()
@@ -118,25 +122,38 @@ class Remote:
             return cached
         node = self._node
         record = None
-        with node.clock.scope_until(deadline):
-            record = await node.authority.read(target)
-            if record is None:
-                return None
-            if record.owner == node.node_rid:
-                return None
-            known = self._membership.peers().get(record.owner)
-            if (
-                known is None or known.generation != record.owner_generation
-            ) and await node.authority.is_stale(record):
-                return STALE
-            owner = self._cache[target] = Owner(record.owner, record.type_name)
-            return owner
+        # [resolutions of the target under way, forgets of it meanwhile] (Rule 1, ROUTE-13).
+        watch = self._resolving.setdefault(target, [0, 0])
+        watch[0] += 1
+        forgets = watch[1]
+        try:
+            with node.clock.scope_until(deadline):
+                record = await node.authority.read(target)
+                if record is None:
+                    return None
+                if record.owner == node.node_rid:
+                    return None
+                known = self._membership.peers().get(record.owner)
+                if (
+                    known is None or known.generation != record.owner_generation
+                ) and await node.authority.is_stale(record):
+                    return STALE
+                owner = Owner(record.owner, record.type_name)
+                if watch[1] == forgets:  # no change of it came in while it was read
+                    self._cache[target] = owner
+                return owner
+        finally:
+            watch[0] -= 1
+            if not watch[0]:
+                del self._resolving[target]
         raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"resolving {target} timed out")
 
     def forget(self, target: Target, *, flush: bool = False) -> None:
         """Drop ``target`` from the routing cache (Rule 1); ``flush``: the next call to it
         flushes the route to the owner it named first (reroute.py)."""
         owner = self._cache.pop(target, None)
+        if (watch := self._resolving.get(target)) is not None:
+            watch[1] += 1  # an owner being read for it now is not cached (Rule 1)
         if flush and owner is not None:
             self.forgotten(target, owner.node_rid)
 
@@ -430,6 +447,8 @@ class Remote:
                 if isinstance(event, Resync):  # each target's next call flushes its route
                     for target in list(self._cache):
                         self.forget(target, flush=True)
+                    for watch in self._resolving.values():
+                        watch[1] += 1
                 elif isinstance(event, Changed):
                     for key in event.keys:
                         self._forget_key(key)
