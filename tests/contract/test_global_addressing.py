@@ -818,3 +818,50 @@ async def test_the_janitors_sweep_reclaims_what_dead_runs_left_and_nothing_live(
         entries = [f"entry.{host.node_generation.value:016x}" for host in (first, second)]
         for entry in entries:
             assert await authority.read(zl.SpotId(entry)) is not None
+
+
+@pytest.mark.spec("CMP-11.6", "CMP-17.16", "CMP-5.6")
+async def test_a_request_past_the_per_peer_in_flight_limit_ends_unavailable_at_once(
+    store_dsn: str,
+) -> None:
+    """The caller's host allows one request in flight per peer: while one waits for its reply
+    from the other host, a second to that host ends UNAVAILABLE at once, not at its timeout; once
+    the first is answered, the next is taken."""
+    Holding.entered, Holding.release = trio.Event(), trio.Event()
+    room = fresh("room")
+    mesh = f"g-{uuid.uuid4().hex[:8]}"
+    limited = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, max_in_flight_per_peer=1)
+    async with (
+        zl.open_host(app, zl.HostConfig(mesh=mesh, store_dsn=store_dsn)) as second,
+        zl.open_host(app, limited) as first,
+    ):
+        await second.spots.get_or_create(room, "global.Room").submit()
+        with trio.fail_after(15):
+            answers: list[Answer] = []
+            async with trio.open_nursery() as nursery:
+
+                async def held() -> None:
+                    call = first.route.request_to_spot(room, Hold(), reply_type=Answer)
+                    answers.append(await call.submit())
+
+                nursery.start_soon(held)
+                await Holding.entered.wait()
+                started = trio.current_time()
+                with pytest.raises(zl.ZLinkError) as caught:
+                    await first.route.request_to_spot(room, Ask("x"), reply_type=Answer).submit()
+                assert zl.ErrorKind.UNAVAILABLE == caught.value.kind
+                assert trio.current_time() - started < 2  # its timeout is 5 s
+                Holding.release.set()
+            assert [Answer(second.node_rid.value, "held", True)] == answers
+            after = await first.route.request_to_spot(room, Ask("y"), reply_type=Answer).submit()
+            assert (second.node_rid.value, "y") == (after.node_rid, after.text)
+
+
+@pytest.mark.spec("CMP-11.6")
+def test_max_in_flight_per_peer_defaults_to_65536_and_is_checked_with_the_host_config() -> None:
+    """HostConfig.max_in_flight_per_peer is 65,536 unless set; outside 1..2**31-1, or not an
+    int, it fails the config with a message that names it."""
+    assert 65_536 == zl.HostConfig(mesh="m").max_in_flight_per_peer
+    for bad in (0, -1, 2**31, 1.5, True, "8"):
+        with pytest.raises(zl.ConfigurationError, match="max_in_flight_per_peer"):
+            zl.HostConfig(mesh="m", max_in_flight_per_peer=bad)  # type: ignore[arg-type]  # bad on purpose

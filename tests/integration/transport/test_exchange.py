@@ -9,6 +9,7 @@ import trio.testing
 from tests.integration.transport.conftest import Spawn, ask, connect, echo, node, numbered
 from zlink_trio._integration.transport import PeerRun, RouteMesh
 from zlink_trio._wire import OperationId, Reply, Request, Send
+from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import NodeRid, SpotId, StableTypeName
 
 COUNT = 10_000
@@ -92,3 +93,48 @@ async def test_on_submitted_is_called_once_the_request_is_queued_before_its_repl
                 answer.set()
     assert [True] == calls
     assert b"q" == replies[0].payload
+
+
+@pytest.mark.spec("TRN-34")
+async def test_a_request_past_the_in_flight_limit_ends_unavailable_at_once() -> None:
+    """With ``max_in_flight_per_peer=2`` two requests to b wait for replies b holds back: a third
+    ends UNAVAILABLE without waiting, a request to c is not counted with b's, and once b's
+    replies came a request to b is taken again."""
+    meshes: list[RouteMesh] = []
+    answer = trio.Event()
+    answering = echo(lambda: meshes[0])
+
+    async def held(origin: PeerRun, message: Send | Request) -> None:
+        await answer.wait()
+        await answering(origin, message)
+
+    async with (
+        node("b", held) as (b, _),
+        node("c", echo(lambda: meshes[1])) as (c, _),
+        node("a", max_in_flight_per_peer=2) as (a, _),
+    ):
+        meshes.extend([b, c])
+        await connect(a, b)
+        await connect(a, c)
+        with trio.fail_after(10):
+            replies: list[Reply] = []
+            async with trio.open_nursery() as nursery:
+
+                async def waiting() -> None:
+                    replies.append(await ask(a, "b"))
+
+                nursery.start_soon(waiting)
+                nursery.start_soon(waiting)
+                await trio.testing.wait_all_tasks_blocked()
+                assert 2 == a.pending_requests
+                started = trio.current_time()
+                with pytest.raises(ZLinkError) as caught:
+                    await ask(a, "b", timeout=5.0)
+                assert ErrorKind.UNAVAILABLE == caught.value.kind
+                assert "max_in_flight_per_peer" in str(caught.value)
+                assert trio.current_time() - started < 1.0  # at once, not at its timeout
+                assert b"q" == (await ask(a, "c")).payload  # another peer's count
+                answer.set()
+            assert 2 == len(replies)
+            assert b"again" == (await ask(a, "b", b"again")).payload
+            assert 0 == a.pending_requests

@@ -10,6 +10,7 @@ from __future__ import annotations
 import attrs
 
 from zlink_trio._integration.transport.capacity import DEFAULT_MAX_PEERS, MAX_PEERS
+from zlink_trio._integration.transport.pending import DEFAULT_MAX_IN_FLIGHT
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
 
 __all__ = ["MeshConfig", "PeerAddress"]
@@ -78,6 +79,9 @@ class MeshConfig:
     """Seconds that messages admitted before close may still take to leave (TRN-22)."""
     receive_batch: int = attrs.field(default=64, validator=_count)
     """Messages a reader takes before it lets other tasks run."""
+    max_in_flight_per_peer: int = attrs.field(default=DEFAULT_MAX_IN_FLIGHT, validator=_count)
+    """Requests to one peer run that may wait for replies at once; one more ends at once with
+    ``UNAVAILABLE`` (pending.py, TRN-34)."""
     max_peers: int = attrs.field(default=DEFAULT_MAX_PEERS, validator=_peer_count)
     """Most peers this node has links to at once; its ZeroMQ context may hold their sockets
     (capacity.py, TRN-30). A peer beyond it is logged and tried again until one leaves."""

@@ -85,7 +85,7 @@ class RouteMesh:
         """Messages dropped, by reason: a ``RefusalReason`` value, ``oversized``, ``late-reply``."""
         self.traffic = Traffic()  # what was sent to and received from each peer (traffic.py)
         self._routes: dict[NodeRid, Route] = {}
-        self._pending = PendingReplies()
+        self._pending = PendingReplies(config.max_in_flight_per_peer)
         self._closed = False
         self._scope = trio.CancelScope()
         self._until_checkpoint = SENDS_PER_CHECKPOINT

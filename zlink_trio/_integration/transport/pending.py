@@ -24,6 +24,11 @@ hold, then pops every entry whose deadline has passed and settles it with :data:
 registration with an earlier deadline moves that task's wake-up forward; an entry that ended
 otherwise leaves the wake-up where it was, and the task then finds nothing due, recomputes the
 earliest deadline and sleeps again. So a timeout is one more pop among the others.
+
+The table counts its entries per peer run, and a registration that would pass
+``max_in_flight_per_peer`` ends at once with ``UNAVAILABLE`` (TRN-34): nothing waits for such a
+slot, and the table, the only place that remembers a request, stays bounded per connection.
+Every pop goes through one method, which gives the slot back.
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ from zlink_trio._wire import ErrorReply, Reply
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import NodeRid
 
-__all__ = ["TIMED_OUT", "PendingReplies", "PendingReply"]
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "TIMED_OUT", "PendingReplies", "PendingReply"]
+
+DEFAULT_MAX_IN_FLIGHT: Final = 65_536
+"""Requests to one peer run that may wait for replies at once, unless configured (TRN-34)."""
 
 _SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED
 
@@ -84,12 +92,16 @@ class PendingReply:
 
 
 class PendingReplies:
-    """Requests of this node run waiting for replies, by ReplyRouteId value."""
+    """Requests of this node run waiting for replies, by ReplyRouteId value; at most
+    ``limit`` of them to one peer run at a time."""
 
-    __slots__ = ("_entries", "_expiry", "_last_route", "_next_expiry")
+    __slots__ = ("_entries", "_expiry", "_in_flight", "_last_route", "_limit", "_next_expiry")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         self._entries: dict[int, PendingReply] = {}
+        self._in_flight: dict[PeerRun, int] = {}
+        """How many entries wait for each peer run; a run with none has no key."""
+        self._limit = limit
         self._last_route = 0
         self._next_expiry = math.inf
         """No entry's deadline is earlier; the expiry task wakes up then."""
@@ -100,7 +112,16 @@ class PendingReplies:
 
     def register(self, run: PeerRun, deadline: float) -> tuple[int, PendingReply]:
         """A fresh ReplyRouteId value (unique within this run) and its registered entry, which
-        ends with :data:`TIMED_OUT` at ``deadline`` unless another ending comes first."""
+        ends with :data:`TIMED_OUT` at ``deadline`` unless another ending comes first.
+        ``UNAVAILABLE`` when ``run`` has ``limit`` entries already (TRN-34)."""
+        waiting = self._in_flight.get(run, 0)
+        if waiting >= self._limit:
+            raise ZLinkError(
+                ErrorKind.UNAVAILABLE,
+                f"{waiting} requests to {run.node_rid} wait for replies already "
+                f"(max_in_flight_per_peer {self._limit})",
+            )
+        self._in_flight[run] = waiting + 1
         self._last_route += 1
         entry = PendingReply(run, deadline)
         self._entries[self._last_route] = entry
@@ -120,21 +141,24 @@ class PendingReplies:
             entries = self._entries
             due = [route for route, entry in entries.items() if entry.deadline <= now]
             for route in due:
-                entries.pop(route).settle(TIMED_OUT)
+                self._taken(route).settle(TIMED_OUT)
             self._next_expiry = min((e.deadline for e in entries.values()), default=math.inf)
 
     def peers(self) -> set[NodeRid]:
         """The peer nodes that a request waits for a reply from now (read once per heartbeat
-        interval, so the request path keeps no count of its own)."""
-        return {entry.run.node_rid for entry in self._entries.values()}
+        interval)."""
+        return {run.node_rid for run in self._in_flight}
 
     def claim(self, route: int, entry: PendingReply) -> bool:
         """Take ``entry`` out for its own caller (timeout, cancellation); False if settled."""
-        return self._entries.pop(route, None) is entry
+        if self._entries.get(route) is not entry:
+            return False
+        self._pop(route)
+        return True
 
     def complete(self, message: Reply | ErrorReply) -> bool:
         """Settle the entry ``message`` answers; False when none waits (a late reply)."""
-        entry = self._entries.pop(message.reply_route.value, None)
+        entry = self._pop(message.reply_route.value)
         if entry is None:
             return False
         if type(message) is Reply:
@@ -147,5 +171,23 @@ class PendingReplies:
         """Settle with ``error`` every entry sent to ``run`` (every entry when None); how many."""
         routes = [r for r, e in self._entries.items() if run is None or e.run == run]
         for route in routes:
-            self._entries.pop(route).settle(error)
+            self._taken(route).settle(error)
         return len(routes)
+
+    def _pop(self, route: int) -> PendingReply | None:
+        """The entry of ``route``, out of the table and its run's count; None when none is."""
+        entry = self._entries.pop(route, None)
+        if entry is not None:
+            run = entry.run
+            waiting = self._in_flight[run] - 1
+            if waiting:
+                self._in_flight[run] = waiting
+            else:
+                del self._in_flight[run]
+        return entry
+
+    def _taken(self, route: int) -> PendingReply:
+        """``_pop`` of a route just found in the table (no checkpoint since)."""
+        entry = self._pop(route)
+        assert entry is not None
+        return entry

@@ -17,6 +17,7 @@ from pathlib import Path
 import attrs
 
 from zlink_trio._integration.transport.capacity import DEFAULT_MAX_PEERS, MAX_PEERS
+from zlink_trio._integration.transport.pending import DEFAULT_MAX_IN_FLIGHT
 from zlink_trio._runtime.engines.workers import MAX_CPU_SLOTS
 from zlink_trio._wire.ids import is_z85_key
 from zlink_trio._wire.versions import parse_application_version
@@ -43,6 +44,8 @@ MAX_APP_JOB_QUEUE_SIZE = 2**31 - 1
 """Largest application job queue size (seed 003 §8)."""
 MIN_MESSAGE_BYTES = 1024
 """Smallest message limit: the framework's own messages must fit."""
+MAX_IN_FLIGHT = 2**31 - 1
+"""Largest ``max_in_flight_per_peer``."""
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Largest message limit: a message is held whole in memory by sender and receiver."""
 DEFAULT_CHUNK_LIMIT = 256 * 1024
@@ -86,6 +89,13 @@ def _check_max_peers(value: object) -> None:
         raise TypeError(f"max_peers takes an int, not {type(value).__name__}")
     if not 1 <= value <= MAX_PEERS:
         raise ValueError(f"max_peers must be in 1..{MAX_PEERS}, got {value}")
+
+
+def _check_in_flight(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_in_flight_per_peer takes an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_IN_FLIGHT:
+        raise ValueError(f"max_in_flight_per_peer must be in 1..{MAX_IN_FLIGHT}, got {value}")
 
 
 def _check_mailbox_limit(value: object) -> None:
@@ -239,6 +249,10 @@ class HostConfig:
     transport's socket limit is set from it, and a host beyond it is logged and connected when
     another leaves (specs/transport.md TRN-30). Each peer takes 6 of the process's open files
     (TRN-31); a host warns at start when the open-file limit cannot hold them."""
+    max_in_flight_per_peer: int = DEFAULT_MAX_IN_FLIGHT
+    """Requests of this host that may wait for replies from one other host at once,
+    1..2**31-1 (default 65,536); one more ends at once with ``UNAVAILABLE``, as a full queue
+    of another node does (specs/completion.md CMP-11.6)."""
     node_lease: float = 10.0
     """Lease of this host's node record in the store: peers stop routing to it this long after
     its last renewal (MESH-3); it is renewed every third of it."""
@@ -297,6 +311,7 @@ class HostConfig:
             _problem(_check_queue_size, self.app_job_queue_size),
             _problem(_check_mailbox_limit, self.mailbox_limit),
             _problem(_check_max_peers, self.max_peers),
+            _problem(_check_in_flight, self.max_in_flight_per_peer),
             _problem(_check_cpu_slots, self.cpu_worker_slots),
             _problem(_check_message_bytes, self.max_message_bytes),
             _problem(_check_application_version, self.application_version),

@@ -317,6 +317,7 @@ async def open_host_on(
                     # room of its own (MSG-6).
                     max_frame_bytes=config.max_message_bytes + FRAME_HEADROOM,
                     max_peers=config.max_peers,
+                    max_in_flight_per_peer=config.max_in_flight_per_peer,
                     curve_secret_key=curve_secret,
                 ),
                 inbound,
