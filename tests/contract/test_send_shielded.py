@@ -11,6 +11,7 @@ returned) or by its host's shutdown (``SHUTTING_DOWN``) or its owner's departure
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -99,10 +100,15 @@ class Caller:
             await self.done.wait()
         return list(self.seen)
 
-    async def cancel_while_waiting(self, nursery: trio.Nursery) -> None:
-        """Start the send, cancel its caller's scope once it waits; it must still be waiting."""
+    async def cancel_while_waiting(
+        self, nursery: trio.Nursery, waiting: Callable[[], bool] = lambda: True
+    ) -> None:
+        """Start the send, cancel its caller's scope once it waits (once ``waiting()`` says it
+        is in the wait under test, not still resolving its owner); it must still be waiting."""
         nursery.start_soon(self.run)
         await trio.testing.wait_all_tasks_blocked()
+        while not waiting():  # noqa: ASYNC110  # a store read may come first (CMP-7.1)
+            await trio.sleep(0.001)
         assert [] == self.seen  # it waits
         self.scope.cancel()
         await trio.testing.wait_all_tasks_blocked()
@@ -122,6 +128,11 @@ async def _target(host: TestHost, to_actor: bool) -> zl.SpotSendCall | zl.ActorS
     return send("t", Note(2))
 
 
+def _limits(full: str) -> dict[str, int]:
+    """Host settings with one place for what ``full`` names: a mailbox or the job permits."""
+    return {"mailbox_limit": 1} if full == "mailbox" else {"app_job_queue_size": 1}
+
+
 @pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
 @pytest.mark.parametrize("full", ["mailbox", "permits"])
 @pytest.mark.spec("CMP-7.5", "CMP-7.2", "DEC-1")
@@ -131,8 +142,7 @@ async def test_a_cancelled_send_waiting_for_room_or_a_permit_is_still_admitted(
     """A send waiting for room in a full Spot or Actor queue, or for the host's only job permit,
     whose caller's scope is cancelled, goes on waiting; once the blocked turn ends it is admitted
     and handled, and its caller sees the cancellation only after submit() returned."""
-    limits = {"mailbox_limit": 1} if full == "mailbox" else {"app_job_queue_size": 1}
-    async with open_test_host(app, dsn=store_dsn, **limits) as host:
+    async with open_test_host(app, dsn=store_dsn, **_limits(full)) as host:
         with trio.fail_after(20):
             caller = Caller(await _target(host, to_actor))
             async with trio.open_nursery() as nursery:
@@ -153,8 +163,7 @@ async def test_shutdown_ends_a_cancelled_send_waiting_for_room_or_a_permit(
     """A send waiting for room or a permit whose caller's scope was cancelled still ends, with
     SHUTTING_DOWN, as soon as its host shuts down, while the turn that fills the queue is still
     blocked: the shield never leaves a wait that only a cancellation could end."""
-    limits = {"mailbox_limit": 1} if full == "mailbox" else {"app_job_queue_size": 1}
-    async with open_test_host(app, dsn=store_dsn, **limits) as host:
+    async with open_test_host(app, dsn=store_dsn, **_limits(full)) as host:
         with trio.fail_after(20):
             caller = Caller(await _target(host, to_actor))
             async with trio.open_nursery() as nursery:
@@ -169,6 +178,12 @@ async def test_shutdown_ends_a_cancelled_send_waiting_for_room_or_a_permit(
 def _credits(sender: TestHost) -> Any:
     remote: Any = sender.host._tree.remote
     return remote.credits
+
+
+def _waiting_for_credit(sender: TestHost, owner: TestHost) -> Callable[[], bool]:
+    """Whether a send of ``sender`` waits for ``owner``'s credit for ``t`` now."""
+    paused = _credits(sender)._paused[(owner.node_rid, zl.SpotId("t"))]
+    return lambda: paused.statistics().tasks_waiting == 1
 
 
 async def _paused_send(sender: TestHost, owner: TestHost) -> Caller:
@@ -193,7 +208,7 @@ async def test_a_cancelled_send_waiting_for_credit_is_still_sent(store_dsn: str)
         with trio.fail_after(30):
             caller = await _paused_send(sender, owner)
             async with trio.open_nursery() as nursery:
-                await caller.cancel_while_waiting(nursery)
+                await caller.cancel_while_waiting(nursery, _waiting_for_credit(sender, owner))
                 _credits(sender).resume(owner.node_rid, zl.SpotId("t"))
             assert ["admitted", "cancelled"] == caller.seen
             await mesh.wait_quiet()
@@ -212,7 +227,7 @@ async def test_shutdown_or_route_loss_ends_a_cancelled_send_waiting_for_credit(
         with trio.fail_after(30):
             caller = await _paused_send(sender, owner)
             async with trio.open_nursery() as nursery:
-                await caller.cancel_while_waiting(nursery)
+                await caller.cancel_while_waiting(nursery, _waiting_for_credit(sender, owner))
                 nursery.start_soon(
                     sender.shutdown if end == "sender shuts down" else owner.shutdown
                 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 import trio.testing
@@ -53,18 +55,26 @@ async def test_requests_get_their_replies_in_both_directions(spawn: Spawn) -> No
         assert {} == dict(a.drops)
 
 
+def held_echo(
+    mesh_of: Callable[[], RouteMesh], answer: trio.Event
+) -> Callable[[PeerRun, Send | Request], Awaitable[None]]:
+    """``echo``, once ``answer`` is set: the peer holds every message until then."""
+    answering = echo(mesh_of)
+
+    async def held(origin: PeerRun, message: Send | Request) -> None:
+        await answer.wait()
+        await answering(origin, message)
+
+    return held
+
+
 @pytest.mark.spec("TRN-26")
 async def test_on_submitted_is_called_once_the_request_is_queued_before_its_reply() -> None:
     """``on_submitted`` runs once, while the peer still holds the request unanswered; the reply
     comes only after the test lets the peer answer."""
     meshes: list[RouteMesh] = []
     answer = trio.Event()
-    answering = echo(lambda: meshes[0])
-
-    async def held(origin: PeerRun, message: Send | Request) -> None:
-        await answer.wait()
-        await answering(origin, message)
-
+    held = held_echo(lambda: meshes[0], answer)
     calls: list[bool] = []
     async with node("b", held) as (b, _), node("a") as (a, _):
         meshes.append(b)
@@ -102,12 +112,7 @@ async def test_a_request_past_the_in_flight_limit_ends_unavailable_at_once() -> 
     replies came a request to b is taken again."""
     meshes: list[RouteMesh] = []
     answer = trio.Event()
-    answering = echo(lambda: meshes[0])
-
-    async def held(origin: PeerRun, message: Send | Request) -> None:
-        await answer.wait()
-        await answering(origin, message)
-
+    held = held_echo(lambda: meshes[0], answer)
     async with (
         node("b", held) as (b, _),
         node("c", echo(lambda: meshes[1])) as (c, _),
