@@ -151,10 +151,7 @@ class PendingReplies:
 
     def claim(self, route: int, entry: PendingReply) -> bool:
         """Take ``entry`` out for its own caller (timeout, cancellation); False if settled."""
-        if self._entries.get(route) is not entry:
-            return False
-        self._pop(route)
-        return True
+        return self._pop(route) is entry  # a route is never reused: found means this entry
 
     def complete(self, message: Reply | ErrorReply) -> bool:
         """Settle the entry ``message`` answers; False when none waits (a late reply)."""
