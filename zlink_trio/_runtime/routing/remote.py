@@ -10,9 +10,10 @@ Rule 1: the store says who owns an id; the routing cache remembers it. A call wh
 local reads the target's authority record (the resolve counts inside a request's deadline) and
 keeps ``id -> owner`` in a cache. The cache forgets an entry when a store change hint names its
 key, on a ``Resync``, when the owner's node record goes away (``PeerDown``), and when the owner
-answers that it has no such target, so the next call resolves again. Misses are never cached,
-and neither is an owner read while a hint or a forget for its target came in (ROUTE-13): the
-read may predate the change, and a stale entry would outlive it.
+answers that it has no such target, so the next call resolves again. Misses are never cached.
+An owner read while a hint or a forget for its target came in may predate the change, and a
+stale entry would outlive it (ROUTE-13): it is read once more, and that read is cached unless
+another change came in during it too (then it serves its call uncached).
 Rule 2: an owner that is not live is nobody. A record whose owner's node record is gone is
 stale: a call to it ends with ``UNAVAILABLE``, and a claim may take it over (authority.py Rule
 5), so a Spot of a killed host can be activated again elsewhere with a higher generation.
@@ -121,27 +122,27 @@ class Remote:
         if cached is not None:
             return cached
         node = self._node
-        record = None
         # [resolutions of the target under way, forgets of it meanwhile] (Rule 1, ROUTE-13).
         watch = self._resolving.setdefault(target, [0, 0])
         watch[0] += 1
-        forgets = watch[1]
         try:
             with node.clock.scope_until(deadline):
-                record = await node.authority.read(target)
-                if record is None:
-                    return None
-                if record.owner == node.node_rid:
-                    return None
-                known = self._membership.peers().get(record.owner)
-                if (
-                    known is None or known.generation != record.owner_generation
-                ) and await node.authority.is_stale(record):
-                    return STALE
-                owner = Owner(record.owner, record.type_name)
-                if watch[1] == forgets:  # no change of it came in while it was read
-                    self._cache[target] = owner
-                return owner
+                for last in (False, True):
+                    forgets = watch[1]
+                    record = await node.authority.read(target)
+                    if record is None or record.owner == node.node_rid:
+                        return None
+                    if watch[1] != forgets and not last:
+                        continue  # it may predate the change that came in: read once more
+                    known = self._membership.peers().get(record.owner)
+                    if (
+                        known is None or known.generation != record.owner_generation
+                    ) and await node.authority.is_stale(record):
+                        return STALE
+                    owner = Owner(record.owner, record.type_name)
+                    if watch[1] == forgets:  # no change of it came in while it was read
+                        self._cache[target] = owner
+                    return owner
         finally:
             watch[0] -= 1
             if not watch[0]:
