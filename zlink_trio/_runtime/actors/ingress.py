@@ -92,15 +92,17 @@ class ActorIngress(Queues):
             self.node.trace(admitted(envelope, f"Actor {self.actor_id}"))
         return True
 
-    async def put(self, envelope: Envelope) -> None:
-        """Admit, waiting for room while the queue is full; a wait that the Actor's closing ends
-        is ``UNAVAILABLE``, or ``SHUTTING_DOWN`` with its host (CMP-7.9)."""
+    async def put(self, envelope: Envelope, *, over: bool = False) -> None:
+        """Admit, waiting for room while the queue is full (``over``: past the limit instead,
+        routing/local.py Rule 4); a wait that the Actor's closing ends is ``UNAVAILABLE``, or
+        ``SHUTTING_DOWN`` with its host (CMP-7.9)."""
         if (hold := self.hold) is not None:
             self._held(hold, envelope)
             return
         if not self.accepting:
             raise ZLinkError(ErrorKind.NOT_FOUND, f"Actor {self.actor_id} is closing")
-        if not await self.mailbox.put(envelope):
+        mailbox = self.mailbox
+        if not (mailbox.put_over(envelope) if over else await mailbox.put(envelope)):
             raise self.node.not_admitted(f"Actor {self.actor_id}")
         if self.node.trace is not None:
             self.node.trace(admitted(envelope, f"Actor {self.actor_id}"))

@@ -97,19 +97,24 @@ class Turn:
     """The turn a task is running: which gate it holds, the task that holds it, and what must
     happen before the turn first gives its gate back (Rule 3)."""
 
-    __slots__ = ("actor", "boundary", "gate", "joins", "on_yield", "task")
+    __slots__ = ("actor", "boundary", "gate", "joins", "on_yield", "spot", "task")
 
     def __init__(
         self,
         gate: ExecutionGate | None,
         on_yield: Callable[[], None] | None = None,
         actor: object | None = None,
+        spot: object | None = None,
     ) -> None:
         self.gate = gate
         self.task = trio.lowlevel.current_task()
         self.on_yield = on_yield
         self.actor = actor
         """The Actor activation whose turn this is, or ``None`` for a Spot turn (Rule 5)."""
+        self.spot = spot
+        """The Spot activation whose message turn this is (its gate task runs it), else
+        ``None``: a one-way send from it to that Spot never waits for room (routing/local.py
+        Rule 4)."""
         self.joins: list[object] = []
         """Joins deferred during this turn, in call order (Rule 5)."""
         self.boundary: bool | None = None

@@ -13,7 +13,8 @@ a request's caller can cancel it (ERR-8.1), a one-way send's cannot, since its c
 Actor's own queue also has a structural limit (``HostConfig.mailbox_limit``); a request that
 finds it full ends at once with ``CAPACITY_EXCEEDED`` because this runtime owns that queue
 (ERR-5.10), while a one-way send waits for room, since a send that meets insufficient local
-capacity waits (CMP-5.1).
+capacity waits (CMP-5.1), unless the sending turn is itself what the queue waits for: then it
+is admitted past the limit (``put_over``, DEC-32).
 Rule 3: a wait ends when what it waits for is gone. ``JobPermits.close()`` (host shutdown) ends
 every wait for a permit, and closing a mailbox ends every wait for room in it; each reports it
 with ``False`` and the caller names the error: ``SHUTTING_DOWN`` when its host stopped
@@ -264,6 +265,15 @@ class Mailbox(Generic[T]):
 
         admitted: bool = await wait_task_rescheduled(abort)
         return admitted
+
+    def put_over(self, envelope: T) -> bool:
+        """Admit ``envelope`` now, past the limit if need be: ``False`` when the queue is
+        sealed. Only for a sender that is the queue's own server (routing/local.py Rule 4),
+        whose wait for room would never end."""
+        if self._closed:
+            return False
+        self._append(envelope)
+        return True
 
     def close(self) -> None:
         """Seal admission; what was admitted stays readable, waiting senders get ``False``."""

@@ -21,6 +21,11 @@ cancellation, as the transport's wait at a peer's high-water mark is (TRN-11); e
 admission or by what ends it without any cancellation: ``JobPermits.close()`` and the seal of
 every mailbox at shutdown (``SHUTTING_DOWN``, CMP-7.10), the target's closing (``UNAVAILABLE``,
 CMP-7.9). A request's waits stay its caller's (``job_permit``, ERR-8.1).
+Rule 4: a turn never waits for room in a queue that only its own end can empty (DEC-32). A
+one-way send from a turn to its own Spot or Actor, or to any Spot or Actor whose turns need the
+gate that turn holds (the Actors of a SPOT_WIDE Spot, and the Spot itself, share one), is
+admitted at once when the queue is full, past ``mailbox_limit``: the queue is served only once
+the sending turn ends, so the wait would last until the unit closes or the host shuts down.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.registry import ActorType, Handler, SpotType
 from zlink_trio._runtime.declarations.values import MessageContext
 from zlink_trio._runtime.engines.completion import Outcome, PendingCall, shutting_down
+from zlink_trio._runtime.engines.gate import current_turn
 from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.node.node import LocalNode
 from zlink_trio._runtime.spots.activation import Activation
@@ -161,9 +167,25 @@ async def send_permit(node: LocalNode) -> None:
 
 async def admit(target: Activation | ActorActivation, envelope: Envelope) -> None:
     """Put a one-way send's ``envelope`` in ``target``'s queue, waiting for room shielded from
-    its caller (Rule 3); the queue's own ``put`` names how a wait ended without admission."""
+    its caller (Rule 3), or past its limit when the caller's own turn is what the queue waits
+    for (Rule 4); the queue's own ``put`` names how a wait ended without admission."""
+    if target.try_put(envelope):
+        return  # room at once: no scope, no turn to look up
     with trio.CancelScope(shield=True):
-        await target.put(envelope)
+        await target.put(envelope, over=_served_by_caller(target))
+
+
+def _served_by_caller(target: Activation | ActorActivation) -> bool:
+    """Whether the calling task runs a turn that ``target``'s next turn must wait for: a
+    message turn of the Spot itself, a turn of the Actor itself, or any turn holding the gate
+    that ``target``'s turns take (Rule 4)."""
+    turn = current_turn()
+    if turn is None:
+        return False
+    if isinstance(target, ActorActivation):
+        gate = target.spot.shared_gate
+        return turn.actor is target or (gate is not None and turn.gate is gate)
+    return turn.spot is target or (turn.gate is not None and turn.gate is target.gate)
 
 
 async def reply_of(

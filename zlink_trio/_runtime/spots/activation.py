@@ -685,7 +685,7 @@ class Activation(SpotIngress):
     async def _turn(self, envelope: Envelope, on_yield: Callable[[], None]) -> None:
         """One message turn; the caller holds the gate, and the turn gives it back at its end."""
         handler = envelope.handler
-        turn = Turn(self.shared_gate, on_yield)
+        turn = Turn(self.shared_gate, on_yield, spot=self)
         if self._signals:
             turn.boundary = False
         token = enter_turn(turn)

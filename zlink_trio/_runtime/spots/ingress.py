@@ -180,15 +180,17 @@ class SpotIngress(Queues):
             self.node.trace(admitted(envelope, self.traced_name()))
         return None
 
-    async def put(self, envelope: Envelope) -> None:
-        """Put ``envelope`` in the mailbox, waiting for room while it is full; a wait that the
-        Spot's closing ends is ``UNAVAILABLE``, or ``SHUTTING_DOWN`` with its host (CMP-7.9)."""
+    async def put(self, envelope: Envelope, *, over: bool = False) -> None:
+        """Put ``envelope`` in the mailbox, waiting for room while it is full (``over``: past
+        the limit instead, routing/local.py Rule 4); a wait that the Spot's closing ends is
+        ``UNAVAILABLE``, or ``SHUTTING_DOWN`` with its host (CMP-7.9)."""
         if (hold := self.hold) is not None:
             return self._held(hold, envelope)
         if not self.accepting:
             raise self._refused()
-        if not self.mailbox.try_put(envelope, f"Spot {self.spot_id}") and not (
-            await self.mailbox.put(envelope)
+        mailbox = self.mailbox
+        if not mailbox.try_put(envelope, f"Spot {self.spot_id}") and not (
+            mailbox.put_over(envelope) if over else await mailbox.put(envelope)
         ):
             raise self.node.not_admitted(f"Spot {self.spot_id}")
         if self.node.trace is not None:
