@@ -15,6 +15,7 @@ from zlink_trio.ids import StableTypeName
 __all__ = [
     "CLOSE_SPOT",
     "FLUSH",
+    "LEAVING",
     "RELOCATE",
     "RELOCATE_CHUNK",
     "RELOCATE_COMMIT",
@@ -23,6 +24,7 @@ __all__ = [
     "SYSTEM_MESSAGES",
     "CloseSpot",
     "Flush",
+    "Leaving",
     "RelocateAbort",
     "RelocateAnswer",
     "RelocateBegin",
@@ -145,8 +147,16 @@ class Flush:
     target's new owner (routing/reroute.py, RELOC-55)."""
 
 
+@attrs.frozen
+class Leaving:
+    """The asking host stops after its relocation: drop every route that names it, make sure
+    what was sent to it before has reached it (a ``Flush`` to it), then answer
+    (``RelocateAnswer``; routing/leaving.py, RELOC-78)."""
+
+
 CLOSE_SPOT = StableTypeName("zlink.CloseSpot")
 FLUSH = StableTypeName("zlink.Flush")
+LEAVING = StableTypeName("zlink.Leaving")
 RELOCATE_OPEN = StableTypeName("zlink.RelocateOpen")
 RELOCATE_CHUNK = StableTypeName("zlink.RelocateChunk")
 RELOCATE_COMMIT = StableTypeName("zlink.RelocateCommit")
@@ -173,4 +183,5 @@ SYSTEM_MESSAGES: tuple[tuple[StableTypeName, type], ...] = (
     (StableTypeName("zlink.RelocateAbort"), RelocateAbort),
     (StableTypeName("zlink.RelocateAnswer"), RelocateAnswer),
     (FLUSH, Flush),
+    (LEAVING, Leaving),
 )

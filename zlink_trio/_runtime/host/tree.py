@@ -25,6 +25,7 @@ from zlink_trio._runtime.ownership.batches import RecordBatcher
 from zlink_trio._runtime.ownership.membership import Membership
 from zlink_trio._runtime.ownership.node_record import DRAINING
 from zlink_trio._runtime.routing.inbound import Inbound
+from zlink_trio._runtime.routing.leaving import say_leaving
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
@@ -189,11 +190,22 @@ class TaskTree:
         """A relocated host relays what still reaches it for the units it moved until that has
         been quiet for ``STALE_ROUTES_QUIET`` seconds, at most its follow window, before it seals
         admission (RELOC-69): a peer that has not read the new owner yet loses no send to it.
-        In the shutdown's own task, so cancelling a caller of ``shutdown()`` does not skip it."""
+        Then it asks every peer to drop its routes here (RELOC-78, routing/leaving.py). In the
+        shutdown's own task, so cancelling a caller of ``shutdown()`` does not skip it."""
         moved = self.relocator.moved if self.relocator is not None else None
-        if moved is not None:
-            with trio.move_on_after(node.config.relocation_follow_window):
-                await moved.wait_quiet(STALE_ROUTES_QUIET)
+        if moved is None:
+            return
+        with trio.move_on_after(node.config.relocation_follow_window):
+            await moved.wait_quiet(STALE_ROUTES_QUIET)
+        if self.remote is None or self.membership is None or self.spots is None:
+            return
+        # Every peer drops its routes here and flushes what it sent (RELOC-78); then the
+        # relays that set off are waited for, as the quiet wait's were.
+        peers = list(self.membership.peers())
+        entry = self.spots.entry.spot_id
+        await say_leaving(node, self.remote, peers, entry, node.config.request_timeout)
+        with trio.move_on_after(node.config.request_timeout):
+            await moved.wait_quiet(0.0)
 
     async def _shut_down_in_order(self, node: LocalNode) -> None:
         try:

@@ -1,8 +1,6 @@
 """Work that peers send to this host: one-way messages and requests, delivered here only
 (specs/global.md; specs/completion.md CMP-4.7, CMP-5.12; specs/errors.md ERR-5.11).
 
-Theory of operation.
-
 Rule 1: inbound work is delivered locally only. A message that arrives for a target this host
 does not hold is not forwarded: a request gets ``NOT_FOUND`` (a stale route on the caller's side),
 a send is dropped and logged. It enters ``Messaging`` with ``local=True``, so it never goes back
@@ -16,7 +14,7 @@ target, no free permit, a closing incarnation to wait for) runs as a local reque
 its own, in the nursery ``run`` keeps open while the host serves peers.
 Rule 4: a ``zlink.CloseSpot`` request is the framework's, not the application's: it closes the
 named incarnation here exactly as a local ``close(ref)`` would, in a task of its own, and is
-answered with what that returned (messaging.py Rule 7; SPOT-92).
+answered with what that returned (messaging.py Rule 7; SPOT-92); so are Flush and Leaving.
 Rule 5: a send from a peer never makes the reader wait for its target: what cannot be admitted
 at once waits in that target's backlog (``backlog.py``, OVL-1), fed by a task of its own in the
 nursery ``run`` keeps open; only when every backlog together is full does the reader wait
@@ -50,6 +48,7 @@ from zlink_trio._runtime.declarations.handlers import HandlerKind
 from zlink_trio._runtime.declarations.system import (
     CLOSE_SPOT,
     FLUSH,
+    LEAVING,
     RELOCATE,
     CloseSpot,
     SpotClosed,
@@ -61,6 +60,7 @@ from zlink_trio._runtime.routing.arrivals import Arrivals
 from zlink_trio._runtime.routing.backlog import Backlogs
 from zlink_trio._runtime.routing.credit import PAUSE, RESUME
 from zlink_trio._runtime.routing.follow import relay_followed
+from zlink_trio._runtime.routing.leaving import answer_leaving
 from zlink_trio._runtime.routing.local import (
     InstanceChoice,
     reply_failure,
@@ -82,7 +82,8 @@ _log = logging.getLogger("zlink_trio.runtime.remote")
 # Compared as plain strings: every message from a peer passes these checks (the wire's hot path).
 _CLOSE_SPOT = CLOSE_SPOT.value
 _FLUSH = FLUSH.value
-_FRAMEWORK = RELOCATE | {_CLOSE_SPOT, _FLUSH}
+_LEAVING = LEAVING.value
+_FRAMEWORK = RELOCATE | {_CLOSE_SPOT, _FLUSH, _LEAVING}
 """The framework's requests: never relayed for a unit that moved away."""
 _CREDIT = frozenset({PAUSE.value, RESUME.value})
 _ONE_WAY_WORDS = _CREDIT | RELOCATE
@@ -142,14 +143,16 @@ class Inbound:
         if nursery is None:
             self._answer(origin, message, ZLinkError(ErrorKind.SHUTTING_DOWN, "not serving"))
             return
-        # The budget counts from arrival, not from when the task gets to run; on the host's
-        # application clock, like every deadline a handler sees (VCLK-2).
+        # The budget counts from arrival, not from a task's start, on the app clock (VCLK-2).
         arrived = self._node.clock.now()
         if message.message_type.value == _CLOSE_SPOT:
             nursery.start_soon(self._inbound_close, origin, message)
             return
         if message.message_type.value == _FLUSH:  # after the sender's earlier messages
             nursery.start_soon(self._inbound_flush, origin, message, arrived)
+            return
+        if message.message_type.value == _LEAVING:  # the peer stops (leaving.py Rule 2)
+            nursery.start_soon(answer_leaving, self._remote, origin, message, arrived, self._reply)
             return
         if message.message_type.value in RELOCATE:
             self._moves.answer(origin, message, nursery)

@@ -158,6 +158,17 @@ class Remote:
         if flush and owner is not None:
             self.forgotten(target, owner.node_rid)
 
+    def forget_owner(self, rid: NodeRid) -> int:
+        """Drop every route that names ``rid``, each flushed to it first on its next call, and
+        read again whatever owner is being read now (Rule 1: ``rid`` leaves, RELOC-78); how
+        many routes named it."""
+        named = [target for target, owner in self._cache.items() if owner.node_rid == rid]
+        for target in named:
+            self.forget(target, flush=True)
+        for watch in self._resolving.values():
+            watch[1] += 1
+        return len(named)
+
     def peer_record(self, rid: NodeRid) -> NodeRecord | None:
         """The node record of ``rid`` while it is a live member of the mesh, else ``None``."""
         return self._membership.peers().get(rid)

@@ -1,0 +1,237 @@
+"""A relocated host's leave-taking (specs/relocation.md RELOC-78; routing/leaving.py).
+
+Three hosts of one mesh: ``source`` (version 1) holds a Spot, ``caller`` (version 1) has sent
+to it and keeps its owner in its routing cache, ``target`` (version 2) takes it in a rolling
+update. The caller's store change hints are switched off, as if the move's announcement never
+reached it. When the source's shutdown is about to seal its admission, the caller's cache must
+no longer name the source (it was asked to drop it and flushed what it had sent there), and the
+Spot, now on the target, has every message once, in order, including one the caller sends
+after the source has stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+import zlink_trio as zl
+from zlink_trio._runtime.routing import inbound
+from zlink_trio._runtime.routing.remote import Remote
+from zlink_trio.testing import TestHost, open_test_host, open_test_stores
+
+app = zl.Application()
+COUNTER = "leave.Counter"
+
+
+@app.message("leave.Add")
+@attrs.frozen
+class Add:
+    n: int
+
+
+@app.message("leave.Get")
+@attrs.frozen
+class Get:
+    pass
+
+
+@app.message("leave.Stall")
+@attrs.frozen
+class Stall:
+    pass
+
+
+class Stalled:
+    """The Spot's ``Stall`` turn: ``entered`` once it runs, it answers once ``go``."""
+
+    entered = trio.Event()
+    go = trio.Event()
+
+
+@pytest.fixture(autouse=True)
+def reset() -> None:
+    Stalled.entered, Stalled.go = trio.Event(), trio.Event()
+
+
+@app.message("leave.Seen")
+@attrs.frozen
+class Seen:
+    added: tuple[int, ...]
+    node: str
+
+
+class History(zl.SpotRelocationAdapter["Counter"]):
+    async def capture(self, target: Counter) -> bytes:
+        return bytes(target.added)
+
+    async def restore(self, target: Counter, payload: bytes) -> None:
+        target.added = list(payload)
+
+
+@app.instance_spot(COUNTER, relocation=zl.preserve_state_with(History))
+class Counter(zl.InstanceSpot):
+    def __init__(self) -> None:
+        self.added: list[int] = []
+
+    @zl.packet_handler(Add)
+    async def add(self, msg: Add) -> None:
+        self.added.append(msg.n)
+
+    @zl.request_handler(Get)
+    async def get(self, req: Get) -> Seen:
+        return Seen(tuple(self.added), self.context.ref.node_rid.value)
+
+    @zl.request_handler(Stall)
+    async def stall(self, req: Stall) -> Seen:
+        Stalled.entered.set()
+        await Stalled.go.wait()
+        return Seen(tuple(self.added), self.context.ref.node_rid.value)
+
+
+def _remote(host: TestHost) -> Remote:
+    remote = host.host._tree.remote  # type: ignore[union-attr]
+    assert isinstance(remote, Remote)
+    return remote
+
+
+async def _meet(one: TestHost, other: TestHost) -> None:
+    membership: Any = one.host._tree.membership
+    with trio.fail_after(10):
+        await membership.wait_for_peer(other.node_rid)
+
+
+async def _get(host: TestHost) -> Seen:
+    seen = await host.route.request_to_spot("c-1", Get(), reply_type=Seen).submit()
+    assert isinstance(seen, Seen)
+    return seen
+
+
+@pytest.mark.spec("RELOC-78")
+async def test_a_leaving_host_has_every_peer_drop_its_routes_before_it_seals(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's route to the source outlives the move (no hint reached it); the source's
+    shutdown asks it to drop that route before sealing its admission, so nothing the caller
+    sends is left at the stopped source."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores, application_version="2") as target,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
+        ) as caller,
+    ):
+        async with open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
+        ) as source:
+            for one, other in ((source, target), (caller, source), (source, caller)):
+                await _meet(one, other)
+            await source.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
+            assert (1,) == (await _get(source)).added  # Ready, its record written
+            await caller.route.send_to_spot("c-1", Add(2)).submit()
+            assert (1, 2) == (await _get(caller)).added
+            remote = _remote(caller)
+            assert source.node_rid == remote._cache[zl.SpotId("c-1")].node_rid
+            monkeypatch.setattr(remote, "_forget_key", lambda key: None)  # no hint reaches it
+
+            tree: Any = source.host._tree
+            relay_stale_routes = tree._relay_stale_routes
+            at_seal: list[object] = []
+
+            async def then_seal(node: object) -> None:
+                await relay_stale_routes(node)
+                at_seal.append(remote._cache.get(zl.SpotId("c-1")))
+
+            monkeypatch.setattr(tree, "_relay_stale_routes", then_seal)
+            mode = zl.RelocationMode.ROLLING_UPDATE
+            assert (await source.host.relocate(mode=mode, target_version="2")).relocated
+            await caller.route.send_to_spot("c-1", Add(3)).submit()  # the stale route: relayed
+            with trio.fail_after(30):
+                await source.host.shutdown()
+            cached = at_seal[0]
+            assert cached is None or getattr(cached, "node_rid", None) != source.node_rid
+        await caller.route.send_to_spot("c-1", Add(4)).submit()
+        seen = await _get(caller)
+        assert ((1, 2, 3, 4), target.node_rid.value) == (seen.added, seen.node)
+
+
+@pytest.mark.spec("RELOC-78")
+async def test_a_peer_answers_a_leaving_host_only_once_what_it_sent_there_was_read(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request of the caller's still waits in the source's reader (held there) when the
+    source takes its leave: the caller's answer waits for its flush behind that request, and the
+    source then waits for the relayed request's answer (it stalls at the target), so its
+    shutdown seals its admission only after both, and the caller gets the Spot's answer."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores, application_version="2") as target,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
+        ) as caller,
+    ):
+        async with open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
+        ) as source:
+            for one, other in ((source, target), (caller, source), (source, caller)):
+                await _meet(one, other)
+            await source.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
+            assert (1,) == (await _get(source)).added
+            await caller.route.send_to_spot("c-1", Add(2)).submit()
+            remote = _remote(caller)
+            monkeypatch.setattr(remote, "_forget_key", lambda key: None)  # no hint reaches it
+
+            held, released, asked = trio.Event(), trio.Event(), trio.Event()
+            relay = inbound.relay_followed
+
+            async def held_relay(*args: Any) -> None:
+                if not held.is_set():  # the first relayed message: the caller's Stall
+                    held.set()
+                    await released.wait()  # the source's reader waits here
+                await relay(*args)
+
+            monkeypatch.setattr(inbound, "relay_followed", held_relay)
+            forget_owner = remote.forget_owner
+
+            def forgetting(rid: zl.NodeRid) -> int:
+                asked.set()
+                return forget_owner(rid)
+
+            monkeypatch.setattr(remote, "forget_owner", forgetting)
+            tree: Any = source.host._tree
+            relay_stale_routes = tree._relay_stale_routes
+            sealing = trio.Event()
+
+            async def then_seal(node: object) -> None:
+                await relay_stale_routes(node)
+                sealing.set()
+
+            monkeypatch.setattr(tree, "_relay_stale_routes", then_seal)
+            mode = zl.RelocationMode.ROLLING_UPDATE
+            assert (await source.host.relocate(mode=mode, target_version="2")).relocated
+            answers: list[Seen] = []
+
+            async def stall() -> None:  # by the stale route
+                call = caller.route.request_to_spot("c-1", Stall(), reply_type=Seen)
+                answers.append(await call.timeout(25).submit())
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stall)
+                    await held.wait()
+                    nursery.start_soon(source.host.shutdown)
+                    await asked.wait()  # the source takes its leave; its reader still waits
+                    await trio.testing.wait_all_tasks_blocked(0.05)
+                    assert not sealing.is_set(), "sealed with a request of the caller unread"
+                    released.set()
+                    await Stalled.entered.wait()  # relayed; its answer is awaited
+                    await trio.testing.wait_all_tasks_blocked(0.05)
+                    assert not sealing.is_set(), "sealed with a relayed request unanswered"
+                    Stalled.go.set()
+        assert [((1, 2), target.node_rid.value)] == [(a.added, a.node) for a in answers]
+        await caller.route.send_to_spot("c-1", Add(3)).submit()
+        seen = await _get(caller)
+        assert ((1, 2, 3), target.node_rid.value) == (seen.added, seen.node)
