@@ -11,6 +11,8 @@ after the source has stopped.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
@@ -110,6 +112,58 @@ async def _get(host: TestHost) -> Seen:
     return seen
 
 
+@attrs.frozen
+class Mesh:
+    target: TestHost
+    caller: TestHost
+    source: TestHost
+    remote: Remote
+    """The caller's routing side, whose store hints are off."""
+    sealing: trio.Event
+    """Set when the source's shutdown is about to seal its admission."""
+    at_seal: list[object]
+    """What the caller's cache named for the Spot at that moment."""
+
+
+@asynccontextmanager
+async def _stale_caller(store_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Mesh]:
+    """Three hosts: the Spot on the source, handled there once from the source and once from the
+    caller (whose cache names the source), the caller's store hints switched off, and the
+    source's shutdown watched at the point where it seals its admission."""
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores, application_version="2") as target,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
+        ) as caller,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
+        ) as source,
+    ):
+        for one, other in ((source, target), (caller, source), (source, caller)):
+            await _meet(one, other)
+        await source.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
+        assert (1,) == (await _get(source)).added  # Ready, its record written
+        await caller.route.send_to_spot("c-1", Add(2)).submit()
+        assert (1, 2) == (await _get(caller)).added
+        remote = _remote(caller)
+        assert source.node_rid == remote._cache[zl.SpotId("c-1")].node_rid
+        monkeypatch.setattr(remote, "_forget_key", lambda key: None)  # no hint reaches it
+        mesh = Mesh(target, caller, source, remote, trio.Event(), [])
+        tree: Any = source.host._tree
+        relay_stale_routes = tree._relay_stale_routes
+
+        async def then_seal(node: object) -> None:
+            await relay_stale_routes(node)
+            mesh.at_seal.append(remote._cache.get(zl.SpotId("c-1")))
+            mesh.sealing.set()
+
+        monkeypatch.setattr(tree, "_relay_stale_routes", then_seal)
+        mode = zl.RelocationMode.ROLLING_UPDATE
+        assert (await source.host.relocate(mode=mode, target_version="2")).relocated
+        yield mesh
+
+
 @pytest.mark.spec("RELOC-78")
 async def test_a_leaving_host_has_every_peer_drop_its_routes_before_it_seals(
     store_dsn: str, monkeypatch: pytest.MonkeyPatch
@@ -117,45 +171,15 @@ async def test_a_leaving_host_has_every_peer_drop_its_routes_before_it_seals(
     """The caller's route to the source outlives the move (no hint reached it); the source's
     shutdown asks it to drop that route before sealing its admission, so nothing the caller
     sends is left at the stopped source."""
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores, application_version="2") as target,
-        open_test_host(
-            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
-        ) as caller,
-    ):
-        async with open_test_host(
-            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
-        ) as source:
-            for one, other in ((source, target), (caller, source), (source, caller)):
-                await _meet(one, other)
-            await source.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
-            assert (1,) == (await _get(source)).added  # Ready, its record written
-            await caller.route.send_to_spot("c-1", Add(2)).submit()
-            assert (1, 2) == (await _get(caller)).added
-            remote = _remote(caller)
-            assert source.node_rid == remote._cache[zl.SpotId("c-1")].node_rid
-            monkeypatch.setattr(remote, "_forget_key", lambda key: None)  # no hint reaches it
-
-            tree: Any = source.host._tree
-            relay_stale_routes = tree._relay_stale_routes
-            at_seal: list[object] = []
-
-            async def then_seal(node: object) -> None:
-                await relay_stale_routes(node)
-                at_seal.append(remote._cache.get(zl.SpotId("c-1")))
-
-            monkeypatch.setattr(tree, "_relay_stale_routes", then_seal)
-            mode = zl.RelocationMode.ROLLING_UPDATE
-            assert (await source.host.relocate(mode=mode, target_version="2")).relocated
-            await caller.route.send_to_spot("c-1", Add(3)).submit()  # the stale route: relayed
-            with trio.fail_after(30):
-                await source.host.shutdown()
-            cached = at_seal[0]
-            assert cached is None or getattr(cached, "node_rid", None) != source.node_rid
-        await caller.route.send_to_spot("c-1", Add(4)).submit()
-        seen = await _get(caller)
-        assert ((1, 2, 3, 4), target.node_rid.value) == (seen.added, seen.node)
+    async with _stale_caller(store_dsn, monkeypatch) as mesh:
+        await mesh.caller.route.send_to_spot("c-1", Add(3)).submit()  # the stale route: relayed
+        with trio.fail_after(30):
+            await mesh.source.host.shutdown()
+        cached = mesh.at_seal[0]
+        assert cached is None or getattr(cached, "node_rid", None) != mesh.source.node_rid
+        await mesh.caller.route.send_to_spot("c-1", Add(4)).submit()
+        seen = await _get(mesh.caller)
+        assert ((1, 2, 3, 4), mesh.target.node_rid.value) == (seen.added, seen.node)
 
 
 @pytest.mark.spec("RELOC-78")
@@ -166,72 +190,45 @@ async def test_a_peer_answers_a_leaving_host_only_once_what_it_sent_there_was_re
     source takes its leave: the caller's answer waits for its flush behind that request, and the
     source then waits for the relayed request's answer (it stalls at the target), so its
     shutdown seals its admission only after both, and the caller gets the Spot's answer."""
-    async with (
-        open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores, application_version="2") as target,
-        open_test_host(
-            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
-        ) as caller,
-    ):
-        async with open_test_host(
-            app, dsn=store_dsn, stores=stores, mesh=target.mesh, application_version="1"
-        ) as source:
-            for one, other in ((source, target), (caller, source), (source, caller)):
-                await _meet(one, other)
-            await source.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
-            assert (1,) == (await _get(source)).added
-            await caller.route.send_to_spot("c-1", Add(2)).submit()
-            remote = _remote(caller)
-            monkeypatch.setattr(remote, "_forget_key", lambda key: None)  # no hint reaches it
+    held, released, asked = trio.Event(), trio.Event(), trio.Event()
+    relay = inbound.relay_followed
 
-            held, released, asked = trio.Event(), trio.Event(), trio.Event()
-            relay = inbound.relay_followed
+    async def held_relay(*args: Any) -> None:
+        if not held.is_set():  # the first relayed message: the caller's Stall
+            held.set()
+            await released.wait()  # the source's reader waits here
+        await relay(*args)
 
-            async def held_relay(*args: Any) -> None:
-                if not held.is_set():  # the first relayed message: the caller's Stall
-                    held.set()
-                    await released.wait()  # the source's reader waits here
-                await relay(*args)
+    async with _stale_caller(store_dsn, monkeypatch) as mesh:
+        monkeypatch.setattr(inbound, "relay_followed", held_relay)
+        forget_owner = mesh.remote.forget_owner
 
-            monkeypatch.setattr(inbound, "relay_followed", held_relay)
-            forget_owner = remote.forget_owner
+        def forgetting(rid: zl.NodeRid) -> int:
+            asked.set()
+            return forget_owner(rid)
 
-            def forgetting(rid: zl.NodeRid) -> int:
-                asked.set()
-                return forget_owner(rid)
+        monkeypatch.setattr(mesh.remote, "forget_owner", forgetting)
+        answers: list[Seen] = []
 
-            monkeypatch.setattr(remote, "forget_owner", forgetting)
-            tree: Any = source.host._tree
-            relay_stale_routes = tree._relay_stale_routes
-            sealing = trio.Event()
+        async def stall() -> None:  # by the stale route
+            call = mesh.caller.route.request_to_spot("c-1", Stall(), reply_type=Seen)
+            answers.append(await call.timeout(25).submit())
 
-            async def then_seal(node: object) -> None:
-                await relay_stale_routes(node)
-                sealing.set()
-
-            monkeypatch.setattr(tree, "_relay_stale_routes", then_seal)
-            mode = zl.RelocationMode.ROLLING_UPDATE
-            assert (await source.host.relocate(mode=mode, target_version="2")).relocated
-            answers: list[Seen] = []
-
-            async def stall() -> None:  # by the stale route
-                call = caller.route.request_to_spot("c-1", Stall(), reply_type=Seen)
-                answers.append(await call.timeout(25).submit())
-
-            with trio.fail_after(30):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(stall)
-                    await held.wait()
-                    nursery.start_soon(source.host.shutdown)
-                    await asked.wait()  # the source takes its leave; its reader still waits
-                    await trio.testing.wait_all_tasks_blocked(0.05)
-                    assert not sealing.is_set(), "sealed with a request of the caller unread"
-                    released.set()
-                    await Stalled.entered.wait()  # relayed; its answer is awaited
-                    await trio.testing.wait_all_tasks_blocked(0.05)
-                    assert not sealing.is_set(), "sealed with a relayed request unanswered"
-                    Stalled.go.set()
-        assert [((1, 2), target.node_rid.value)] == [(a.added, a.node) for a in answers]
-        await caller.route.send_to_spot("c-1", Add(3)).submit()
-        seen = await _get(caller)
-        assert ((1, 2, 3), target.node_rid.value) == (seen.added, seen.node)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stall)
+                await held.wait()
+                nursery.start_soon(mesh.source.host.shutdown)
+                await asked.wait()  # the source takes its leave; its reader still waits
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert not mesh.sealing.is_set(), "sealed with a request of the caller unread"
+                released.set()
+                await Stalled.entered.wait()  # relayed; its answer is awaited
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert not mesh.sealing.is_set(), "sealed with a relayed request unanswered"
+                Stalled.go.set()
+        target = mesh.target.node_rid.value
+        assert [((1, 2), target)] == [(answer.added, answer.node) for answer in answers]
+        await mesh.caller.route.send_to_spot("c-1", Add(3)).submit()
+        seen = await _get(mesh.caller)
+        assert ((1, 2, 3), target) == (seen.added, seen.node)

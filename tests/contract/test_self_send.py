@@ -11,6 +11,8 @@ down. A send from a turn to another Spot whose queue is full still waits for roo
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import attrs
 import pytest
 import trio
@@ -124,16 +126,13 @@ async def until_logged(entry: str) -> None:
             await trio.testing.wait_all_tasks_blocked()
 
 
-async def _spot_to_itself(host: TestHost) -> str:
-    await host.spots.get_or_create("room", "own.Room").submit()
-    await host.route.send_to_spot("room", Burst("self")).submit()
-    return "room"
+def _spot_to_itself(type_name: str, spot: str) -> Callable[[TestHost], Awaitable[str]]:
+    async def case(host: TestHost) -> str:
+        await host.spots.get_or_create(spot, type_name).submit()
+        await host.route.send_to_spot(spot, Burst("self")).submit()
+        return spot
 
-
-async def _per_actor_spot_to_itself(host: TestHost) -> str:
-    await host.spots.get_or_create("lanes", "own.Lanes").submit()
-    await host.route.send_to_spot("lanes", Burst("self")).submit()
-    return "lanes"
+    return case
 
 
 async def _actor_to_itself(host: TestHost) -> str:
@@ -165,8 +164,8 @@ async def _spot_to_its_member(host: TestHost) -> str:
 @pytest.mark.parametrize(
     "case",
     [
-        _spot_to_itself,
-        _per_actor_spot_to_itself,
+        _spot_to_itself("own.Room", "room"),
+        _spot_to_itself("own.Lanes", "lanes"),
         _actor_to_itself,
         _member_to_its_spot,
         _spot_to_its_member,
@@ -179,7 +178,9 @@ async def _spot_to_its_member(host: TestHost) -> str:
         "spot-to-its-member",
     ],
 )
-async def test_a_turn_sending_to_its_own_full_queue_is_admitted_past_the_limit(case) -> None:
+async def test_a_turn_sending_to_its_own_full_queue_is_admitted_past_the_limit(
+    case: Callable[[TestHost], Awaitable[str]],
+) -> None:
     """Five sends from one turn to a queue of two that only the turn's end empties: the turn
     goes on, and every message is handled once, in order, after it."""
     async with open_test_host(app, mailbox_limit=2) as host:
