@@ -1,17 +1,19 @@
 """A turn's one-way send to a queue that only its own end can empty (specs/decisions.md DEC-32;
 routing/local.py Rule 4).
 
-With ``mailbox_limit=2`` a turn sends five messages to its own Spot (SPOT_WIDE or PER_ACTOR) or
-Actor, a member Actor of a SPOT_WIDE Spot to that Spot, or the Spot to its member (their turns
-share one gate): each send is admitted at once past
-the limit, and every message is handled once, in order, after the sending turn. Without the rule
-the third send waits for room that only the sending turn's end would make, until the host shuts
-down. A send from a turn to another Spot whose queue is full still waits for room (CMP-5.1).
+With ``mailbox_limit=2`` (or ``app_job_queue_size=2``) a turn sends five messages to its own
+Spot (SPOT_WIDE or PER_ACTOR) or Actor, a member Actor of a SPOT_WIDE Spot to that Spot, or the
+Spot to its member (their turns share one gate): each send is admitted at once past the limit,
+and every message is handled once, in order, after the sending turn. Without the rule the third
+send waits for room (or a permit) that only the sending turn's end would free, until the host
+shuts down. A send from a turn to another Spot whose queue is full still waits for room
+(CMP-5.1).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -178,17 +180,22 @@ async def _spot_to_its_member(host: TestHost) -> str:
         "spot-to-its-member",
     ],
 )
+@pytest.mark.parametrize("limit", ["mailbox_limit", "app_job_queue_size"])
 async def test_a_turn_sending_to_its_own_full_queue_is_admitted_past_the_limit(
-    case: Callable[[TestHost], Awaitable[str]],
+    case: Callable[[TestHost], Awaitable[str]], limit: str
 ) -> None:
-    """Five sends from one turn to a queue of two that only the turn's end empties: the turn
-    goes on, and every message is handled once, in order, after it."""
-    async with open_test_host(app, mailbox_limit=2) as host:
+    """Five sends from one turn to a queue of two (or with two job permits on its host) that
+    only the turn's end empties: the turn goes on, and every message is handled once, in order,
+    after it."""
+    async with open_test_host(app, **{limit: 2}) as host:
         unit = await case(host)
         await until_logged(f"{unit}:{COUNT}")
         notes = [entry for entry in log if entry.startswith(f"{unit}:")]
         assert [f"{unit}:{n}" for n in range(1, COUNT + 1)] == notes
         assert log.index("sent") < log.index(f"{unit}:1")
+        await trio.testing.wait_all_tasks_blocked()
+        node: Any = host.host._node  # every permit, taken past the size or not, came back once
+        assert node.config.app_job_queue_size == node.jobs.available
 
 
 @pytest.mark.spec("DEC-32", "CMP-5.1")

@@ -84,6 +84,8 @@ class JobPermits:
         self._permits = trio.Semaphore(size)
         self._waits: set[trio.CancelScope] = set()
         self._closed = False
+        self._over = 0
+        """Permits taken past the size (``acquire_over``), given back first."""
 
     @property
     def available(self) -> int:
@@ -120,6 +122,12 @@ class JobPermits:
             return True
         return False
 
+    def acquire_over(self) -> None:
+        """Take a permit now, past the size if none is free: only for a sender that is itself
+        what the permits it waits for wait on (routing/local.py Rule 4, DEC-32)."""
+        if not self.try_acquire():
+            self._over += 1
+
     def close(self) -> None:
         """End every wait for a permit, now and later (Rule 3); ``try_acquire`` still works, so
         what is already admitted drains as before."""
@@ -129,6 +137,9 @@ class JobPermits:
 
     def release(self) -> None:
         """Give one permit back (Rule 2)."""
+        if self._over:
+            self._over -= 1
+            return
         self._permits.release()
 
 

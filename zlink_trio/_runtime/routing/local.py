@@ -25,7 +25,9 @@ Rule 4: a turn never waits for room in a queue that only its own end can empty (
 one-way send from a turn to its own Spot or Actor, or to any Spot or Actor whose turns need the
 gate that turn holds (the Actors of a SPOT_WIDE Spot, and the Spot itself, share one), is
 admitted at once when the queue is full, past ``mailbox_limit``: the queue is served only once
-the sending turn ends, so the wait would last until the unit closes or the host shuts down.
+the sending turn ends, so the wait would last until the unit closes or the host shuts down. Its
+job permit likewise, past ``app_job_queue_size`` when none is free: the permits it would wait
+for may all be held by messages in that queue.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ __all__ = [
     "resolve_actor",
     "resolve_spot",
     "send_permit",
+    "served_by_caller",
 ]
 
 
@@ -154,11 +157,15 @@ async def job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -
     raise deadline_error(spot_id)
 
 
-async def send_permit(node: LocalNode) -> None:
-    """Take a job permit for a one-way send, shielded from its caller (Rule 3); ``SHUTTING_DOWN``
-    when shutdown ends the wait (mailbox.py Rule 3)."""
+async def send_permit(node: LocalNode, target: Activation | ActorActivation | None = None) -> None:
+    """Take a job permit for a one-way send, shielded from its caller (Rule 3), or past the
+    host's size when the send is from a turn that ``target`` (the send's target here, if any)
+    waits for (Rule 4); ``SHUTTING_DOWN`` when shutdown ends the wait (mailbox.py Rule 3)."""
     if node.jobs.try_acquire():
         return  # the hot path: no cancel scope, no checkpoint
+    if target is not None and served_by_caller(target):
+        node.jobs.acquire_over()
+        return
     with trio.CancelScope(shield=True):
         if await node.jobs.acquire():
             return
@@ -172,10 +179,10 @@ async def admit(target: Activation | ActorActivation, envelope: Envelope) -> Non
     if target.try_put(envelope):
         return  # room at once: no scope, no turn to look up
     with trio.CancelScope(shield=True):
-        await target.put(envelope, over=_served_by_caller(target))
+        await target.put(envelope, over=served_by_caller(target))
 
 
-def _served_by_caller(target: Activation | ActorActivation) -> bool:
+def served_by_caller(target: Activation | ActorActivation) -> bool:
     """Whether the calling task runs a turn that ``target``'s next turn must wait for: a
     message turn of the Spot itself, a turn of the Actor itself, or any turn holding the gate
     that ``target``'s turns take (Rule 4)."""
