@@ -21,6 +21,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from zlink_trio._runtime.declarations.system import RelocateAnswer
 from zlink_trio._runtime.routing import inbound
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -232,3 +233,45 @@ async def test_a_peer_answers_a_leaving_host_only_once_what_it_sent_there_was_re
         await mesh.caller.route.send_to_spot("c-1", Add(3)).submit()
         seen = await _get(mesh.caller)
         assert ((1, 2, 3), target) == (seen.added, seen.node)
+
+
+@pytest.mark.spec("RELOC-78")
+async def test_a_peer_answers_a_leaving_host_only_once_its_waiting_sends_there_went(
+    store_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send of the caller's that named the source still waits for the source's credit (the
+    Spot there paused it) when the source takes its leave: the caller answers only once that
+    send is on the connection, so the source relays it before sealing, and the Spot gets it."""
+    asked = trio.Event()
+    async with _stale_caller(store_dsn, monkeypatch) as mesh:
+        source, spot = mesh.source.node_rid, zl.SpotId("c-1")
+        forget_owner = mesh.remote.forget_owner
+
+        def forgetting(rid: zl.NodeRid) -> int:
+            asked.set()
+            return forget_owner(rid)
+
+        monkeypatch.setattr(mesh.remote, "forget_owner", forgetting)
+        caller_inbound: Any = mesh.caller.host._tree.inbound  # type: ignore[union-attr]
+        reply, answered = caller_inbound._reply, []
+
+        def replying(origin: object, request: Any, result: object) -> None:
+            if request.message_type.value == "zlink.Leaving":
+                answered.append(result)
+            reply(origin, request, result)
+
+        monkeypatch.setattr(caller_inbound, "_reply", replying)
+        mesh.remote.credits.pause(source, spot)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(mesh.caller.route.send_to_spot("c-1", Add(3)).submit)
+                while source not in mesh.remote._sending:  # the send waits for credit
+                    await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(mesh.source.host.shutdown)
+                await asked.wait()  # the source takes its leave; the send still waits
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert not mesh.sealing.is_set(), "sealed with a send of the caller waiting"
+                mesh.remote.credits.resume(source, spot)
+        assert [RelocateAnswer(True)] == answered  # once the send went, not at its deadline
+        seen = await _get(mesh.caller)
+        assert ((1, 2, 3), mesh.target.node_rid.value) == (seen.added, seen.node)

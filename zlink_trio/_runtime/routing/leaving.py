@@ -10,8 +10,10 @@ its stale routes are then covered by the quiet period alone, as before.
 Rule 2: a peer answers once nothing of its own can still be on its way there unread
 (``answer_leaving``). It drops every route its cache keeps to the leaving host, each flushed
 there first on its next call so its order holds (reroute.py), and makes every owner read under
-way read again (remote.py Rule 1); then it sends the leaving host a ``zlink.Flush`` on the same
-connection as its earlier messages, and answers once that is answered. The leaving host's reader
+way read again (remote.py Rule 1); it waits until each of its sends that named the leaving host
+and still waits to go (for the route, for credit, at the high-water mark) is on the connection;
+then it sends the leaving host a ``zlink.Flush`` on that connection, after its earlier messages,
+and answers once that is answered. The leaving host's reader
 takes the flush after everything this peer sent it before, each relayed in order (RELOC-68), so
 when the answer comes every such message has been relayed, and none of the peer's routes names
 the leaving host any more: its next call reads the owner from the store.
@@ -79,6 +81,7 @@ async def answer_leaving(
     result: object = RelocateAnswer(True)
     dropped = remote.forget_owner(rid)
     try:
+        await remote.sends_taken(rid, deadline)  # sends that named it before, waiting to go
         await remote.request(Owner(rid), about, Flush(), RelocateAnswer, {}, None, deadline)
     except ZLinkError as error:
         result = error

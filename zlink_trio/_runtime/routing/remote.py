@@ -94,6 +94,10 @@ class Remote:
         """What this host reclaims of dead runs (janitor.py)."""
         self.mesh: RouteMesh | None = None
         self._cache: dict[Target, Owner] = {}
+        self._sending: dict[NodeRid, int] = {}
+        """Sends to each peer between their owner's lookup and the transport taking them."""
+        self._sent: dict[NodeRid, trio.Event] = {}
+        """Set when a peer's count in ``_sending`` comes to nothing (``sends_taken``)."""
         self._resolving: dict[Target, list[int]] = {}
         """Targets whose owner is being read: [reads under way, forgets since] (Rule 1)."""
         self._route_waiters: dict[NodeRid, trio.Event] = {}
@@ -157,6 +161,14 @@ class Remote:
             watch[1] += 1  # an owner being read for it now is not cached (Rule 1)
         if flush and owner is not None:
             self.forgotten(target, owner.node_rid)
+
+    async def sends_taken(self, rid: NodeRid, deadline: float) -> None:
+        """Return once no send of this host to ``rid`` is between its owner's lookup and the
+        transport (a wait for the route, for credit, at the high-water mark): every send that
+        named ``rid`` before is on the connection (RELOC-78); or at ``deadline``."""
+        with self._node.clock.scope_until(deadline):
+            while rid in self._sending:
+                await self._sent.setdefault(rid, trio.Event()).wait()
 
     def forget_owner(self, rid: NodeRid) -> int:
         """Drop every route that names ``rid``, each flushed to it first on its next call, and
@@ -227,18 +239,28 @@ class Remote:
         """``send``, encoded already, to its target at ``owner``, unchanged (``send``; a relay
         of a peer's send, follow.py)."""
         target, name, payload = send.target, send.message_type, send.payload
-        mesh = self._mesh()
-        if mesh.is_up(owner.node_rid) is None:
-            mesh = await self._route_ready(owner.node_rid, math.inf)
-        self.limits.check(owner.node_rid, name, payload)  # a route that is up has its limit
-        if self.credits.is_paused(owner.node_rid, target):
-            await self.credits.wait(owner.node_rid, target)  # the owner's Spot is full (OVL-2)
+        rid, sending = owner.node_rid, self._sending
+        sending[rid] = sending.get(rid, 0) + 1  # until the transport has it (``sends_taken``)
         try:
-            await mesh.send(owner.node_rid, send)
-        except ZLinkError as error:
-            if error.kind is ErrorKind.UNAVAILABLE:
-                self.forget(target)
-            raise
+            mesh = self._mesh()
+            if mesh.is_up(rid) is None:
+                mesh = await self._route_ready(rid, math.inf)
+            self.limits.check(rid, name, payload)  # a route that is up has its limit
+            if self.credits.is_paused(rid, target):
+                await self.credits.wait(rid, target)  # the owner's Spot is full (OVL-2)
+            try:
+                await mesh.send(rid, send)
+            except ZLinkError as error:
+                if error.kind is ErrorKind.UNAVAILABLE:
+                    self.forget(target)
+                raise
+        finally:
+            if left := sending[rid] - 1:
+                sending[rid] = left
+            else:
+                del sending[rid]
+                if (taken := self._sent.pop(rid, None)) is not None:
+                    taken.set()
         if self._node.trace is not None:  # node.py: what a test watches
             self._node.trace(f"admitted send {name} to {target} at {owner.node_rid} (remote)")
 
