@@ -203,7 +203,7 @@ class TaskTree:
         # relays that set off are waited for, as the quiet wait's were.
         peers = list(self.membership.peers())
         entry = self.spots.entry.spot_id
-        await say_leaving(node, self.remote, peers, entry, node.config.request_timeout)
+        await say_leaving(node, self.remote, peers, entry)
         with trio.move_on_after(node.config.request_timeout):
             await moved.wait_quiet(0.0)
 

@@ -3,8 +3,8 @@ RELOC-78).
 
 Rule 1: the leaving host asks every peer. Once a relocated host's shutdown has relayed what
 reached it for its moved units until that went quiet (RELOC-69), and before it seals admission,
-it asks each live peer ``zlink.Leaving`` (``say_leaving``), all at once, each bounded by what
-is left of its follow window and by ``request_timeout``. It then waits for the relays those
+it asks each live peer ``zlink.Leaving`` (``say_leaving``), all at once, each bounded by
+``request_timeout``. It then waits for the relays those
 answers set off (host/tree.py). A peer that does not answer in time is logged and passed by:
 its stale routes are then covered by the quiet period alone, as before.
 Rule 2: a peer answers once nothing of its own can still be on its way there unread
@@ -41,13 +41,11 @@ _log = logging.getLogger("zlink_trio.runtime.relocation")
 
 
 async def say_leaving(
-    node: LocalNode, remote: Remote, peers: Iterable[NodeRid], about: SpotId, within: float
+    node: LocalNode, remote: Remote, peers: Iterable[NodeRid], about: SpotId
 ) -> None:
     """Rule 1: ask each of ``peers`` ``zlink.Leaving`` (addressed to ``about``, this host's
-    Entry Spot) and return once each has answered or ``within`` seconds have passed."""
-    left = min(within, node.config.request_timeout)
-    if left <= 0:
-        return
+    Entry Spot) and return once each has answered or ``request_timeout`` has passed."""
+    left = node.config.request_timeout
     deadline = node.clock.now() + left
 
     async def ask(rid: NodeRid) -> None:

@@ -33,6 +33,7 @@ for may all be held by messages in that queue.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import trio
 
@@ -157,13 +158,15 @@ async def job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -
     raise deadline_error(spot_id)
 
 
-async def send_permit(node: LocalNode, target: Activation | ActorActivation | None = None) -> None:
+async def send_permit(
+    node: LocalNode, units: Mapping[Any, Activation | ActorActivation], unit: object
+) -> None:
     """Take a job permit for a one-way send, shielded from its caller (Rule 3), or past the
-    host's size when the send is from a turn that ``target`` (the send's target here, if any)
-    waits for (Rule 4); ``SHUTTING_DOWN`` when shutdown ends the wait (mailbox.py Rule 3)."""
+    host's size when the send is from a turn that its target (``units[unit]``, if here) waits
+    for (Rule 4); ``SHUTTING_DOWN`` when shutdown ends the wait (mailbox.py Rule 3)."""
     if node.jobs.try_acquire():
-        return  # the hot path: no cancel scope, no checkpoint
-    if target is not None and served_by_caller(target):
+        return  # the hot path: no cancel scope, no checkpoint, no lookup
+    if (target := units.get(unit)) is not None and served_by_caller(target):
         node.jobs.acquire_over()
         return
     with trio.CancelScope(shield=True):

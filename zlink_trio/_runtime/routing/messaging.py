@@ -127,7 +127,7 @@ class Messaging:
             await relay.send(moved_to, spot_id, message, metadata, self._type_of(instance))
             return
         jobs = node.jobs
-        await send_permit(node, self.spots.activations.get(spot_id))  # local.py Rules 3-4
+        await send_permit(node, self.spots.activations, spot_id)  # local.py Rules 3-4
         held = True
         try:
             create = local or self.remote is None
@@ -330,7 +330,7 @@ class Messaging:
                 raise ZLinkError(
                     ErrorKind.UNAVAILABLE, f"the owner of Actor {actor_id} is not live"
                 )
-        await send_permit(node, self.actors.actors.get(actor_id))  # local.py Rules 3-4
+        await send_permit(node, self.actors.actors, actor_id)  # local.py Rules 3-4
         try:
             actor, handler = resolve_actor(self.actors, actor_id, type(message), HandlerKind.PACKET)
             context = actor_context(actor, actor_id, metadata)

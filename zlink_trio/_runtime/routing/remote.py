@@ -177,9 +177,13 @@ class Remote:
         named = [target for target, owner in self._cache.items() if owner.node_rid == rid]
         for target in named:
             self.forget(target, flush=True)
+        self._read_again()
+        return len(named)
+
+    def _read_again(self) -> None:
+        """Every owner read under way is read once more, and not cached as it is (Rule 1)."""
         for watch in self._resolving.values():
             watch[1] += 1
-        return len(named)
 
     def peer_record(self, rid: NodeRid) -> NodeRecord | None:
         """The node record of ``rid`` while it is a live member of the mesh, else ``None``."""
@@ -481,8 +485,7 @@ class Remote:
                 if isinstance(event, Resync):  # each target's next call flushes its route
                     for target in list(self._cache):
                         self.forget(target, flush=True)
-                    for watch in self._resolving.values():
-                        watch[1] += 1
+                    self._read_again()
                 elif isinstance(event, Changed):
                     for key in event.keys:
                         self._forget_key(key)
