@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import attrs
@@ -150,15 +150,33 @@ async def test_a_failed_route_makes_the_cache_forget_the_owner(store_dsn: str) -
         assert second.node_rid in first.peers
 
 
-@pytest.mark.spec("ROUTE-13")
+async def _hint(remote: Remote, room: str, owner: zl.NodeRid) -> None:
+    remote.forget(zl.SpotId(room), flush=True)  # as _follow_store gives a change hint
+
+
+async def _resync(remote: Remote, room: str, owner: zl.NodeRid) -> None:
+    remote._store._feed.publish_resync()  # type: ignore[attr-defined]  # hints may be lost
+    await trio.testing.wait_all_tasks_blocked()  # _follow_store has taken it
+
+
+async def _leaving(remote: Remote, room: str, owner: zl.NodeRid) -> None:
+    remote.forget_owner(owner)  # the owner takes its leave (RELOC-78)
+
+
+@pytest.mark.spec("ROUTE-13", "RELOC-78")
+@pytest.mark.parametrize("change", [_hint, _resync, _leaving], ids=["hint", "resync", "leaving"])
 @pytest.mark.parametrize("hinted_reads", [1, 2])
 async def test_an_owner_read_while_a_hint_for_it_comes_in_is_read_again(
-    store_dsn: str, monkeypatch: pytest.MonkeyPatch, hinted_reads: int
+    store_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    hinted_reads: int,
+    change: Callable[[Remote, str, zl.NodeRid], Awaitable[None]],
 ) -> None:
-    """The caller reads a Spot's owner; a change hint for the Spot's key comes in while that
-    read is under way: the owner is read once more, and that read is kept. When a hint comes in
-    during the second read too, the call still gets the owner it read, but the cache does not
-    keep it, so the next call reads again. A read with no hint meanwhile is kept as before."""
+    """The caller reads a Spot's owner; a change hint for the Spot's key (or a resync, or its
+    owner's leave-taking) comes in while that read is under way: the owner is read once more,
+    and that read is kept. When one comes in during the second read too, the call still gets
+    the owner it read, but the cache does not keep it, so the next call reads again. A read
+    with nothing coming in meanwhile is kept as before."""
     async with two_hosts(store_dsn) as (first, second):
         room = f"room-{uuid.uuid4().hex[:10]}"
         await second.spots.get_or_create(room, "cache.Room").submit()
@@ -191,8 +209,8 @@ async def test_an_owner_read_while_a_hint_for_it_comes_in_is_read_again(
                 nursery.start_soon(resolve)
                 for index in range(2):
                     await reads[index].wait()
-                    if index < hinted_reads:  # the hint, as _follow_store gives it
-                        remote.forget(zl.SpotId(room), flush=True)
+                    if index < hinted_reads:
+                        await change(remote, room, second.node_rid)
                     go_on[index].set()
                     if index >= hinted_reads:
                         break
