@@ -14,6 +14,7 @@ import trio.testing
 
 import zlink_trio as zl
 from tests.contract.early_sender import send_early_after_commit
+from tests.contract.held_commit import hold_the_commit
 from zlink_trio._runtime.actors.sealing import seal_actor
 from zlink_trio._runtime.spots.ingress import WAKE
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -313,6 +314,72 @@ async def test_what_waited_in_an_actors_queue_runs_on_the_target_in_order(
         assert (11, target.node_rid.value) == (answers["queued"].value, answers["queued"].node)
         moved_to = target.node_rid.value
         assert [("one", moved_to), ("two", moved_to)] == marks
+
+
+@pytest.mark.spec("ERR-5.16")
+async def test_what_a_move_relays_to_an_actor_holds_the_targets_job_permits(
+    store_dsn: str,
+) -> None:
+    """Both hosts have 4 job permits. With the move held at its commit, a ``Stall`` and 12
+    sends wait in the Wallet's hold on the source, more than its permits. On the target the
+    Wallet runs the ``Stall`` first; while it waits, the sends relayed behind it hold the
+    target's permits: a request to another Actor there gets none until the ``Stall`` ends."""
+    global stalled, go_on
+    stalled, go_on = trio.Event(), trio.Event()
+    jobs, sends = 4, 12
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores, app_job_queue_size=jobs) as source,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=source.mesh, app_job_queue_size=jobs
+        ) as target,
+    ):
+        await _meet(source, target)
+        await source.actors.create("w-16", "amove.Wallet").submit()
+        await target.actors.create("other", "amove.Visitor").submit()
+        reached, release = hold_the_commit(source)
+        answers: dict[str, Count] = {}
+        results: list[zl.RelocationResult] = []
+        async with trio.open_nursery() as nursery:
+
+            async def relocate() -> None:
+                results.append(await source.host.relocate(deadline=60.0))
+
+            async def stall() -> None:
+                call = source.route.request_to_actor("w-16", Stall(), reply_type=Count)
+                answers["stall"] = await call.timeout(60).submit()
+
+            async def send_all() -> None:  # a send's wait is not its caller's (CMP-7.5)
+                for _ in range(sends):
+                    await source.route.send_to_actor("w-16", Add(1)).submit()
+
+            nursery.start_soon(relocate)
+            actor = source.host._tree.actors.actors[zl.ActorId("w-16")]  # type: ignore[union-attr]
+            try:
+                with trio.fail_after(20):
+                    await reached.wait()
+                    nursery.start_soon(stall)
+                    while actor.hold is None or len(actor.hold.held) < 1:  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+                    nursery.start_soon(send_all)
+                    while len(actor.hold.held) < 1 + sends:  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+            finally:
+                release.set()
+            try:
+                with trio.fail_after(20):
+                    await stalled.wait()
+                with pytest.raises(zl.ZLinkError) as waited:
+                    await _get(target, "other").timeout(0.5).submit()
+                assert zl.ErrorKind.DEADLINE_EXCEEDED == waited.value.kind
+            finally:
+                go_on.set()
+        assert zl.RelocationOutcome.RELOCATED == results[0].outcome, results
+        moved_to = target.node_rid.value
+        assert (0, moved_to) == (answers["stall"].value, answers["stall"].node)
+        with trio.fail_after(20):
+            assert 0 == (await _get(target, "other").submit()).value
+            assert sends == (await _get(target, "w-16").submit()).value
 
 
 @pytest.mark.spec("RELOC-77")

@@ -1,8 +1,9 @@
 """What bounds a move's relay queue and its ingress hold, and what does not (specs/errors.md
-ERR-5.13..ERR-5.15; specs/decisions.md DEC-5, DEC-8): a Spot held at its seal takes in far more
-than any queue bound of its hosts and loses none of it; what waits there still obeys its
-deadline, its caller's cancellation and the message limit of the host it is relayed to; and the
-relocation names are the seeds'."""
+ERR-5.13..ERR-5.16; specs/decisions.md DEC-5, DEC-8): a Spot held at its seal takes in far more
+than any queue bound of its hosts (mailbox or job queue) and loses none of it; what it relays
+holds the target's job permits once there; what waits there still obeys its deadline, its
+caller's cancellation and the message limit of the host it is relayed to; and the relocation
+names are the seeds'."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.contract.held_commit import hold_the_commit
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -59,6 +61,17 @@ class Finish:
     pass
 
 
+@app.message("bounds.Block")
+@attrs.frozen
+class Block:
+    pass
+
+
+blocking = trio.Event()
+"""Set by a Counter's ``Block`` turn, which then waits for ``unblock``."""
+unblock = trio.Event()
+
+
 class CounterState(zl.SpotRelocationAdapter["Counter"]):
     async def capture(self, target: Counter) -> bytes:
         return target.value.to_bytes(8, "big")
@@ -81,6 +94,11 @@ class Counter(zl.InstanceSpot):
     @zl.packet_handler(BigAdd)
     async def big_add(self, msg: BigAdd) -> None:
         self.value += 1000
+
+    @zl.packet_handler(Block)
+    async def block(self, msg: Block) -> None:
+        blocking.set()
+        await unblock.wait()
 
     @zl.request_handler(Get)
     async def get(self, req: Get) -> Count:
@@ -121,29 +139,26 @@ async def _meet(one: TestHost, other: TestHost) -> None:
         await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
 
 
-def _hold_the_commit(source: TestHost) -> tuple[trio.Event, trio.Event]:
-    """Stop ``source``'s next move right before its commit, the Spot sealed on the source and
-    restored on the target: ``reached`` is set there, and the move goes on once ``release``
-    is set."""
-    reached, release = trio.Event(), trio.Event()
-    authority = source.host._node.authority
-    hand_over = authority.hand_over
-
-    async def held_hand_over(*args: Any, **kwargs: Any) -> Any:
-        reached.set()
-        await release.wait()
-        return await hand_over(*args, **kwargs)
-
-    authority.hand_over = held_hand_over
-    return reached, release
-
-
 def _held(host: TestHost, spot_id: str) -> int:
     """How many messages wait in the seal of ``spot_id`` on ``host``."""
     activation = host.host._tree.spots.activations[zl.SpotId(spot_id)]  # type: ignore[union-attr]
     hold = activation.hold
     assert hold is not None  # sealed
     return len(hold.held)
+
+
+def _parked(host: TestHost) -> list[object]:
+    """The targets of the sends from peers that ``host`` parks in a backlog from now on."""
+    inbound = host.host._tree.inbound  # type: ignore[union-attr]
+    backlogs = inbound.backlogs
+    park, parked = backlogs.park, []
+
+    async def recorded(nursery: trio.Nursery, origin: Any, target: Any, *rest: Any) -> None:
+        parked.append(target)
+        await park(nursery, origin, target, *rest)
+
+    backlogs.park = recorded
+    return parked
 
 
 async def _relocating(nursery: trio.Nursery, source: TestHost) -> Callable[[], zl.RelocationResult]:
@@ -158,30 +173,35 @@ async def _relocating(nursery: trio.Nursery, source: TestHost) -> Callable[[], z
 
 
 @pytest.mark.spec("ERR-5.13", "ERR-5.14", "DEC-5")
+@pytest.mark.parametrize(
+    "bound",
+    [
+        "mailbox_limit",
+        pytest.param("app_job_queue_size", marks=pytest.mark.spec("ERR-5.16")),
+    ],
+)
 async def test_a_held_move_takes_in_far_more_than_any_queue_bound_and_loses_nothing(
-    store_dsn: str,
+    store_dsn: str, bound: str
 ) -> None:
     """With the move held at its commit, the source's own callers and a third host send and ask
-    ten times what a mailbox or backlog of these hosts holds: every send is admitted at once into
-    the seal, nothing is refused, and after the move the target has handled every send and
-    answered every request."""
+    ten times what a mailbox or backlog of these hosts holds, or their shared job queue: every
+    send is admitted at once into the seal, nothing is refused, and after the move the target
+    has handled every send and answered every request."""
     sends, requests = 10 * MAILBOX, MAILBOX
+    bounded = {bound: MAILBOX}
     async with (
         open_test_stores(store_dsn) as stores,
-        open_test_host(app, dsn=store_dsn, stores=stores, mailbox_limit=MAILBOX) as source,
-        open_test_host(
-            app, dsn=store_dsn, stores=stores, mesh=source.mesh, mailbox_limit=MAILBOX
-        ) as target,
-        open_test_host(
-            app, dsn=store_dsn, stores=stores, mesh=source.mesh, mailbox_limit=MAILBOX
-        ) as caller,
+        open_test_host(app, dsn=store_dsn, stores=stores, **bounded) as source,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh, **bounded) as target,
+        open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh, **bounded) as caller,
     ):
         await _meet(source, target)
         await _meet(caller, source)
         await source.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
+        parked = _parked(source)
         answers: list[Count] = []
         refused: list[zl.ZLinkError] = []
-        reached, release = _hold_the_commit(source)
+        reached, release = hold_the_commit(source)
         async with trio.open_nursery() as nursery:
             result = await _relocating(nursery, source)
             with trio.fail_after(20):
@@ -194,24 +214,89 @@ async def test_a_held_move_takes_in_far_more_than_any_queue_bound_and_loses_noth
                 except zl.ZLinkError as error:
                     refused.append(error)
 
-            with trio.fail_after(20):
+            async def send_then_ask(host: TestHost) -> None:
+                # A send's wait for room is not its caller's (CMP-7.5): one that waited here
+                # would end only with the move; so they run beside the check below. The
+                # requests come right behind the sends: none may find them waiting for room.
+                for _ in range(sends):
+                    await host.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
+                for _ in range(requests):
+                    nursery.start_soon(ask, host)
+
+            try:
                 for host in (source, caller):
-                    for _ in range(requests):
-                        nursery.start_soon(ask, host)
-                    for _ in range(sends):
-                        await host.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
+                    nursery.start_soon(send_then_ask, host)
                 held = 2 * (sends + requests)
-                while _held(source, "c-1") < held:  # noqa: ASYNC110  # the third host's messages come through libzmq's thread
-                    await trio.sleep(0.01)
-            assert held == _held(source, "c-1")
-            assert [] == refused
-            release.set()
+                with trio.fail_after(20):
+                    while _held(source, "c-1") < held:  # noqa: ASYNC110  # the third host's messages come through libzmq's thread
+                        await trio.sleep(0.01)
+                assert held == _held(source, "c-1")
+                assert [] == refused
+                assert [] == parked  # none waited for room or a job permit in a backlog
+            finally:
+                release.set()
         assert zl.RelocationOutcome.RELOCATED == result().outcome, result()
         assert [] == refused
         moved_to = target.node_rid.value
         assert [moved_to] * (2 * requests) == [answer.node for answer in answers]
         count = await target.route.request_to_spot("c-1", Get(), reply_type=Count).submit()
         assert Count(1 + 2 * sends, moved_to) == count
+
+
+@pytest.mark.spec("ERR-5.16")
+async def test_what_a_move_relays_holds_the_targets_job_permits(store_dsn: str) -> None:
+    """Both hosts have ``MAILBOX`` job permits. With the move held at its commit, the source takes
+    a ``Block`` and three times its permits in sends into the hold. On the target the Counter runs
+    the ``Block`` first; while it blocks, the sends relayed behind it hold the target's permits:
+    a request to another Spot of the target gets none until the ``Block`` ends, then it and
+    every send are handled."""
+    global blocking, unblock
+    blocking, unblock = trio.Event(), trio.Event()
+    sends = 3 * MAILBOX
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores, app_job_queue_size=MAILBOX) as source,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=source.mesh, app_job_queue_size=MAILBOX
+        ) as target,
+    ):
+        await _meet(source, target)
+        await source.route.send_to_spot("c-4", Add(1)).instance_spot(COUNTER).submit()
+        await target.route.send_to_spot("other", Add(1)).instance_spot(COUNTER).submit()
+        reached, release = hold_the_commit(source)
+        async with trio.open_nursery() as nursery:
+            result = await _relocating(nursery, source)
+            with trio.fail_after(20):
+                await reached.wait()
+
+            async def send_all() -> None:  # beside the check, as in the test above
+                sender = source.route
+                await sender.send_to_spot("c-4", Block()).instance_spot(COUNTER).submit()
+                for _ in range(sends):
+                    await sender.send_to_spot("c-4", Add(1)).instance_spot(COUNTER).submit()
+
+            try:
+                nursery.start_soon(send_all)
+                with trio.fail_after(20):
+                    while _held(source, "c-4") < 1 + sends:  # noqa: ASYNC110  # the sends run in their task
+                        await trio.sleep(0.01)
+            finally:
+                release.set()
+        assert zl.RelocationOutcome.RELOCATED == result().outcome, result()
+        try:
+            with trio.fail_after(20):
+                await blocking.wait()
+            ask = target.route.request_to_spot("other", Get(), reply_type=Count)
+            with pytest.raises(zl.ZLinkError) as waited:
+                await ask.instance_spot(COUNTER).timeout(0.5).submit()
+            assert zl.ErrorKind.DEADLINE_EXCEEDED == waited.value.kind
+        finally:
+            unblock.set()
+        with trio.fail_after(20):
+            ask = target.route.request_to_spot("other", Get(), reply_type=Count)
+            assert Count(1, target.node_rid.value) == await ask.instance_spot(COUNTER).submit()
+            count = target.route.request_to_spot("c-4", Get(), reply_type=Count)
+            assert Count(1 + sends, target.node_rid.value) == await count.submit()
 
 
 @pytest.mark.spec("ERR-5.15")
@@ -233,7 +318,7 @@ async def test_what_waits_at_a_seal_keeps_its_deadline_cancellation_and_message_
         await source.route.send_to_spot("c-2", Add(1)).instance_spot(COUNTER).submit()
         big = bytes(100_000)  # over the target's limit with any frame headroom
         outcomes_of_big: list[zl.ErrorKind | Count] = []
-        reached, release = _hold_the_commit(source)
+        reached, release = hold_the_commit(source)
         async with trio.open_nursery() as nursery:
             result = await _relocating(nursery, source)
             with trio.fail_after(20):

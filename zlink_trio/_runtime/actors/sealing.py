@@ -332,13 +332,15 @@ class RestoredActor:
         self.actor.keeps_record = False
 
     def take(self, envelope: Envelope) -> None:
-        """Queue a relayed message behind the snapshot's and earlier ones."""
+        """Queue a relayed message behind the snapshot's and earlier ones, holding a job permit
+        of this host taken past the size if none is free (``RestoredSpot.take``, ERR-5.16)."""
         actor = self.actor
         if actor.state is not ActorState.READY:
             error = ZLinkError(ErrorKind.UNAVAILABLE, f"Actor {actor.actor_id} has closed")
             fail_one(actor.node.dispatcher, envelope, error)
             return
-        actor.push_front([(envelope, False)])
+        actor.node.jobs.acquire_over()
+        actor.push_front([(envelope, True)])
 
     def open(self) -> None:
         """Serve: the relayed messages first, then what waited (Rule 5)."""

@@ -2,8 +2,8 @@
 transport's reader (specs/overload.md OVL-1, OVL-3, OVL-5).
 
 Rule 1: the reader never waits for one target. A send from a peer to a Spot or an Actor is
-admitted on the spot when a job permit and queue room are free (``try_admit``: no checkpoint,
-no task).
+admitted on the spot when a job permit and queue room are free, or the target is sealed: its
+hold takes it past the job queue's size (``try_admit``: no checkpoint, no task; local.py Rule 5).
 Otherwise, or while earlier messages to the same target still wait, it joins that target's
 backlog, in arrival order, and one feeder task per target admits the backlog through the
 ordinary waiting send (``Messaging.send`` / ``send_actor`` with ``local=True``), so the order
@@ -37,6 +37,7 @@ from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.local import (
     InstanceChoice,
     actor_context,
+    permit_now,
     resolve_actor,
     resolve_spot,
 )
@@ -112,7 +113,8 @@ class Backlogs:
         node = messaging.node
         node.check_admitting()
         jobs = node.jobs
-        if not jobs.try_acquire():
+        units = messaging.actors.actors if type(target) is ActorId else messaging.spots.activations
+        if not permit_now(node, units, target):  # a sealed one's hold takes it (local.py Rule 5)
             return False
         try:
             if type(target) is ActorId:

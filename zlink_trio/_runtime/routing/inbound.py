@@ -5,13 +5,12 @@ Rule 1: inbound work is delivered locally only. A message that arrives for a tar
 does not hold is not forwarded: a request gets ``NOT_FOUND`` (a stale route on the caller's side),
 a send is dropped and logged. It enters ``Messaging`` with ``local=True``, so it never goes back
 out to the wire. A request's handler sees the caller's deadline as ``ctx.deadline``.
-Rule 2: a request to a Spot that is ready here, with a job permit free, is admitted by the
-transport's reader itself: its entry completes into a callback (completion.py Rule 5) that sends
-the Reply or ErrorReply from the completion lane, so it needs no task and no cancel scope. Its
-budget counts from arrival; a result that comes after it is not sent, because the caller's own
-transport has ended the call with ``DEADLINE_EXCEEDED`` by then. Everything else (an Actor
-target, no free permit, a closing incarnation to wait for) runs as a local request in a task of
-its own, in the nursery ``run`` keeps open while the host serves peers.
+Rule 2: a request to a Spot ready here, with a job permit free (or sealed: local.py Rule 5), is
+admitted by the transport's reader itself: its entry completes into a callback (completion.py
+Rule 5) sending the Reply or ErrorReply from the completion lane: no task, no cancel scope. Its
+budget counts from arrival; a later result is not sent, as the caller's own transport ended the
+call with ``DEADLINE_EXCEEDED`` by then. Anything else (an Actor target, no permit, a closing
+incarnation to wait for) runs as a local request in a task in the nursery ``run`` keeps open.
 Rule 4: a ``zlink.CloseSpot`` request is the framework's, not the application's: it closes the
 named incarnation here exactly as a local ``close(ref)`` would, in a task of its own, and is
 answered with what that returned (messaging.py Rule 7; SPOT-92); so are Flush and Leaving.
@@ -63,6 +62,7 @@ from zlink_trio._runtime.routing.follow import relay_followed
 from zlink_trio._runtime.routing.leaving import answer_leaving
 from zlink_trio._runtime.routing.local import (
     InstanceChoice,
+    permit_now,
     reply_failure,
     resolve_spot,
 )
@@ -180,7 +180,7 @@ class Inbound:
             decoded = node.registry.messages.decode(message.message_type, message.payload)
             node.check_admitting()
             jobs = node.jobs
-            if not jobs.try_acquire():
+            if not permit_now(node, self._messaging.spots.activations, target):
                 return False
             try:
                 instance = _instance_of(message)

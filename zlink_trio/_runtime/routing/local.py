@@ -28,6 +28,11 @@ admitted at once when the queue is full, past ``mailbox_limit``: the queue is se
 the sending turn ends, so the wait would last until the unit closes or the host shuts down. Its
 job permit likewise, past ``app_job_queue_size`` when none is free: the permits it would wait
 for may all be held by messages in that queue.
+Rule 5: the job queue does not bound a seal's hold (ERR-5.16). A send or request to a Spot or
+Actor of this host that is sealed for a move takes its job permit past ``app_job_queue_size``
+when none is free, and goes into the hold at once: the hold has no bound of its own (ERR-5.13),
+and what it holds keeps its permit, so the job queue's reservation applies to it again once it
+runs here (a move given up) and the permit is given back when it is relayed away.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ __all__ = [
     "admit",
     "deadline_error",
     "job_permit",
+    "permit_now",
     "reply_of",
     "resolve_actor",
     "resolve_spot",
@@ -147,25 +153,45 @@ def actor_context(
     return MessageContext(actor.spot.spot_id, metadata, actor_id, deadline)
 
 
-async def job_permit(node: LocalNode, deadline: float, spot_id: SpotId | None) -> None:
-    """Take a job permit for a request, within its deadline (mailbox.py Rule 1)."""
+def permit_now(
+    node: LocalNode, units: Mapping[Any, Activation | ActorActivation], unit: object
+) -> bool:
+    """Take a job permit without a checkpoint: a free one, or one past the host's size when
+    ``unit`` is here and sealed (Rule 5); ``False`` when the caller has to wait for one."""
     if node.jobs.try_acquire():
-        return  # the hot path: no cancel scope, no checkpoint
+        return True  # the hot path: no lookup
+    if (target := units.get(unit)) is not None and target.hold is not None:
+        node.jobs.acquire_over()
+        return True
+    return False
+
+
+async def job_permit(
+    node: LocalNode,
+    deadline: float,
+    units: Mapping[Any, Activation | ActorActivation],
+    unit: SpotId | ActorId,
+) -> None:
+    """Take a job permit for a request to ``unit``, within its deadline (mailbox.py Rule 1),
+    or past the host's size when ``unit`` is here and sealed (Rule 5)."""
+    if permit_now(node, units, unit):
+        return  # no cancel scope, no checkpoint
     with node.clock.scope_until(deadline):
         if await node.jobs.acquire():
             return
         raise shutting_down()  # shutdown ended the wait (mailbox.py Rule 3)
-    raise deadline_error(spot_id)
+    raise deadline_error(unit if isinstance(unit, SpotId) else None)
 
 
 async def send_permit(
     node: LocalNode, units: Mapping[Any, Activation | ActorActivation], unit: object
 ) -> None:
     """Take a job permit for a one-way send, shielded from its caller (Rule 3), or past the
-    host's size when the send is from a turn that its target (``units[unit]``, if here) waits
-    for (Rule 4); ``SHUTTING_DOWN`` when shutdown ends the wait (mailbox.py Rule 3)."""
-    if node.jobs.try_acquire():
-        return  # the hot path: no cancel scope, no checkpoint, no lookup
+    host's size when its target (``units[unit]``, if here) is sealed (Rule 5) or the send is
+    from a turn that the target waits for (Rule 4); ``SHUTTING_DOWN`` when shutdown ends the
+    wait (mailbox.py Rule 3)."""
+    if permit_now(node, units, unit):
+        return  # no cancel scope, no checkpoint
     if (target := units.get(unit)) is not None and served_by_caller(target):
         node.jobs.acquire_over()
         return

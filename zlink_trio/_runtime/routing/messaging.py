@@ -188,7 +188,7 @@ class Messaging:
             return await self.moved.request(
                 followed, spot_id, message, reply_type, metadata, type_name, deadline
             )
-        await job_permit(node, deadline, spot_id)
+        await job_permit(node, deadline, self.spots.activations, spot_id)
         held = True
         try:
             create = local or self.remote is None
@@ -373,7 +373,7 @@ class Messaging:
                 raise ZLinkError(
                     ErrorKind.UNAVAILABLE, f"the owner of Actor {actor_id} is not live"
                 )
-        await job_permit(node, deadline, None)
+        await job_permit(node, deadline, self.actors.actors, actor_id)
         try:
             actor, handler = resolve_actor(
                 self.actors, actor_id, type(message), HandlerKind.REQUEST

@@ -14,9 +14,12 @@ relocation) an offered message goes into it, in arrival order, never into the ma
 fails for room: a hold is unbounded (DESIGN §6). Once the Spot is detached the hold hands every
 late message to the target's ``forward`` at once, in order.
 Rule 2: one job permit per queued envelope (mailbox.py Rule 2). An envelope in the mailbox or a
-hold holds one; a front entry says whether it does, because messages carried over from another
-activation hold none here (their permits stayed where they were admitted). A held message that
-is forwarded gives its permit back first: it leaves this host's queue.
+hold holds one (taken past ``app_job_queue_size`` for a hold: the job queue never bounds it,
+routing/local.py Rule 5); a front entry says whether it does, because a snapshot's entries
+carried into a fresh activation of the same host hold none (their permits stayed where they
+were admitted), while what a move relays to a restored Spot takes one here (sealing.py
+``RestoredSpot.take``, ERR-5.16). A held message that is forwarded gives its permit back first:
+it leaves this host's queue.
 Rule 3: waking an idle gate task. When idle, the gate task waits in the mailbox; whoever gives an
 empty front entries from outside it puts ``WAKE`` into the mailbox, a marker with no permit that
 the gate task skips before looking at the front again.

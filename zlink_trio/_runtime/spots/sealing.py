@@ -326,13 +326,16 @@ class RestoredSpot:
             self._restored.set()
 
     def take(self, envelope: Envelope) -> None:
-        """Queue a forwarded message behind the snapshot's and earlier ones (Rule 5)."""
+        """Queue a forwarded message behind the snapshot's and earlier ones (Rule 5). Its lane
+        is this host's now, and so is its job permit, taken past the size if none is free: the
+        reservation applies to it here, but never bounds what the source relays (ERR-5.16)."""
         activation = self.activation
         if activation.closed.is_set():
             error = ZLinkError(ErrorKind.UNAVAILABLE, f"Spot {activation.spot_id} has closed")
             fail_one(activation.node.dispatcher, envelope, error)
             return
-        activation.push_front([(envelope, False)])
+        activation.node.jobs.acquire_over()
+        activation.push_front([(envelope, True)])
 
     def discard(self, give_back: Callable[[list[Envelope]], None] | None = None) -> None:
         """Give it up before it opened: it ends without a turn and leaves the store alone; what
