@@ -243,6 +243,60 @@ async def test_a_held_move_takes_in_far_more_than_any_queue_bound_and_loses_noth
         assert Count(1 + 2 * sends, moved_to) == count
 
 
+@pytest.mark.spec("ERR-5.14", "RELOC-65")
+async def test_a_unit_restored_on_its_target_takes_in_any_amount_before_it_opens(
+    store_dsn: str,
+) -> None:
+    """With the move held at its commit, the unit restored and admitted on the target, the
+    target's own callers send ten times its ``mailbox_limit`` and ask as many requests as the
+    limit: all wait in the unit, none refused, and once the move goes on the target handles
+    every send and answers every request."""
+    sends, requests = 10 * MAILBOX, MAILBOX
+    async with (
+        open_test_stores(store_dsn) as stores,
+        open_test_host(app, dsn=store_dsn, stores=stores) as source,
+        open_test_host(
+            app, dsn=store_dsn, stores=stores, mesh=source.mesh, mailbox_limit=MAILBOX
+        ) as target,
+    ):
+        await _meet(source, target)
+        await source.route.send_to_spot("c-5", Add(1)).instance_spot(COUNTER).submit()
+        answers: list[Count] = []
+        refused: list[zl.ZLinkError] = []
+        reached, release = hold_the_commit(source)
+        async with trio.open_nursery() as nursery:
+            result = await _relocating(nursery, source)
+
+            async def ask() -> None:
+                call = target.route.request_to_spot("c-5", Get(), reply_type=Count)
+                try:
+                    answers.append(await call.instance_spot(COUNTER).timeout(60).submit())
+                except zl.ZLinkError as error:
+                    refused.append(error)
+
+            async def send_then_ask() -> None:  # beside the check, as in the tests above
+                for _ in range(sends):
+                    await target.route.send_to_spot("c-5", Add(1)).instance_spot(COUNTER).submit()
+                for _ in range(requests):
+                    nursery.start_soon(ask)
+
+            try:
+                with trio.fail_after(20):
+                    await reached.wait()
+                    nursery.start_soon(send_then_ask)
+                    while _held(target, "c-5") < sends + requests:  # noqa: ASYNC110  # the calls run in their tasks
+                        await trio.sleep(0.01)
+                assert [] == refused
+            finally:
+                release.set()
+        assert zl.RelocationOutcome.RELOCATED == result().outcome, result()
+        assert [] == refused
+        moved_to = target.node_rid.value
+        assert [moved_to] * requests == [answer.node for answer in answers]
+        count = await target.route.request_to_spot("c-5", Get(), reply_type=Count).submit()
+        assert Count(1 + sends, moved_to) == count
+
+
 @pytest.mark.spec("ERR-5.16")
 async def test_what_a_move_relays_holds_the_targets_job_permits(store_dsn: str) -> None:
     """Both hosts have ``MAILBOX`` job permits. With the move held at its commit, the source takes

@@ -30,10 +30,11 @@ Rule 5: a restore starts a fresh instance of the same id and generation. ``prepa
 makes the instance (a new one from the type's class) and gives it the adapter payload, but no
 lifecycle callback runs (``on_create`` and ``on_initialize`` ran for this generation) and no
 timer is started again by the application; nobody reaches it yet. ``take`` queues forwarded
-messages behind the snapshot's; ``admit`` registers it under the id, so what is offered to it
-waits in its mailbox; ``open`` lets it serve: its first turns are the snapshot's entries, then
-what it took, then what was offered to it, and its timers start only now that it is Ready
-(TIMER-16, TIMER-17). Messages carried over hold no job permit here. A Spot that a boundary
+messages behind the snapshot's (each taking a job permit here, ERR-5.16); ``admit`` registers it
+under the id, so what is offered to it waits in a hold of its own, unbounded (ERR-5.14); ``open``
+lets it serve: its first turns are the snapshot's entries, then what it took, then what was
+offered to it, and its timers start only now that it is Ready (TIMER-16, TIMER-17). A
+snapshot's entries hold no job permit here. A Spot that a boundary
 it signalled sealed (``seal(held=...)``, spots/boundary.py) is told ``RELOCATED`` first, and on
 an abort ``CONTINUED`` before it serves again.
 """
@@ -351,7 +352,9 @@ class RestoredSpot:
         if activation.catalog.activations.get(activation.spot_id) is activation:
             del activation.catalog.activations[activation.spot_id]
         activation.front.clear()
-        offered = [envelope for envelope, _permit in activation.take_queued()]
+        hold, activation.hold = activation.hold, None  # from now on an offer is refused
+        held = [] if hold is None else hold.held
+        offered = [*held, *(envelope for envelope, _permit in activation.take_queued())]
         if give_back is not None:
             give_back(offered)
         else:
@@ -372,8 +375,10 @@ class RestoredSpot:
 
     def admit(self) -> None:
         """Make it the Spot's incarnation on this host, before the commit: what is offered to it
-        from now on waits in its mailbox, behind what it takes, until ``open`` (Rule 5)."""
+        from now on waits in its hold, which nothing bounds (ERR-5.14), behind what it takes,
+        until ``open`` (Rule 5)."""
         activation = self.activation
+        activation.hold = Hold()
         activation.catalog.activations[activation.spot_id] = activation
 
     def commit(self, claim: Claim) -> None:
@@ -384,6 +389,9 @@ class RestoredSpot:
 
     def open(self) -> None:
         """Let it serve, admitting it first if it was not (Rule 5)."""
-        if self.activation.catalog.activations.get(self.activation.spot_id) is not self.activation:
+        activation = self.activation
+        if activation.catalog.activations.get(activation.spot_id) is not activation:
             self.admit()
+        if (hold := activation.hold) is not None and hold.forward is None and not hold.broken:
+            activation.reopen()  # what waited, behind what it took
         self._opened.set()
