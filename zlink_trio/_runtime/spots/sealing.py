@@ -34,9 +34,9 @@ messages behind the snapshot's (each taking a job permit here, ERR-5.16); ``admi
 under the id, so what is offered to it waits in a hold of its own, unbounded (ERR-5.14); ``open``
 lets it serve: its first turns are the snapshot's entries, then what it took, then what was
 offered to it, and its timers start only now that it is Ready (TIMER-16, TIMER-17). A
-snapshot's entries hold no job permit here. A Spot that a boundary
-it signalled sealed (``seal(held=...)``, spots/boundary.py) is told ``RELOCATED`` first, and on
-an abort ``CONTINUED`` before it serves again.
+snapshot's entries hold no job permit here. A Spot that a boundary it signalled sealed
+(``seal(held=...)``, spots/boundary.py) is told ``RELOCATED`` first, and on an abort
+``CONTINUED`` before it serves again.
 """
 
 from __future__ import annotations
