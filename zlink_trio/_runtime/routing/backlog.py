@@ -37,7 +37,7 @@ from zlink_trio._runtime.node.envelope import Envelope
 from zlink_trio._runtime.routing.local import (
     InstanceChoice,
     actor_context,
-    permit_now,
+    permit_for_hold,
     resolve_actor,
     resolve_spot,
 )
@@ -113,9 +113,12 @@ class Backlogs:
         node = messaging.node
         node.check_admitting()
         jobs = node.jobs
-        units = messaging.actors.actors if type(target) is ActorId else messaging.spots.activations
-        if not permit_now(node, units, target):  # a sealed one's hold takes it (local.py Rule 5)
-            return False
+        if not jobs.try_acquire():  # the units are looked up only on a shortage
+            units = (
+                messaging.actors.actors if type(target) is ActorId else messaging.spots.activations
+            )
+            if not permit_for_hold(node, units, target):  # a sealed one's hold takes it
+                return False
         try:
             if type(target) is ActorId:
                 actor, handler = resolve_actor(

@@ -62,6 +62,7 @@ __all__ = [
     "admit",
     "deadline_error",
     "job_permit",
+    "permit_for_hold",
     "permit_now",
     "reply_of",
     "resolve_actor",
@@ -158,8 +159,14 @@ def permit_now(
 ) -> bool:
     """Take a job permit without a checkpoint: a free one, or one past the host's size when
     ``unit`` is here and sealed (Rule 5); ``False`` when the caller has to wait for one."""
-    if node.jobs.try_acquire():
-        return True  # the hot path: no lookup
+    return node.jobs.try_acquire() or permit_for_hold(node, units, unit)
+
+
+def permit_for_hold(
+    node: LocalNode, units: Mapping[Any, Activation | ActorActivation], unit: object
+) -> bool:
+    """For a caller that found no free permit: one past the host's size when ``unit`` is here
+    and sealed (Rule 5); ``False``, nothing taken, otherwise."""
     if (target := units.get(unit)) is not None and target.hold is not None:
         node.jobs.acquire_over()
         return True
