@@ -1,6 +1,8 @@
 """A one-way send cannot be cancelled by its caller (specs/decisions.md DEC-1; specs/completion.md
-CMP-7.1..CMP-7.5; specs/overload.md OVL-2): its waits for room in a full mailbox, for a job
-permit and for a peer's credit are shielded, and end only by admission, route loss or shutdown.
+CMP-7.1..CMP-7.5, CMP-7.11, CMP-7.12; specs/overload.md OVL-2): its waits for room in a full
+mailbox, for a job permit and for a peer's credit are shielded, as are those of resolving its
+route (the owner's store read, a closing incarnation), and end only by admission, route loss or
+shutdown.
 
 Each test cancels the caller's scope while its send waits, then checks that the send was still
 waiting (not ended by the cancellation), and that it then ends by admission (the handler records
@@ -21,7 +23,7 @@ import trio.testing
 
 import zlink_trio as zl
 from tests.contract.test_operation_identity import _meet
-from zlink_trio.testing import TestHost, open_test_host, open_test_mesh
+from zlink_trio.testing import TestHost, VirtualClock, open_test_host, open_test_mesh
 
 app = zl.Application()
 noted: list[int] = []
@@ -38,6 +40,7 @@ class Gate:
 def reset() -> None:
     """Fresh events and records for each test (each runs its own Trio loop)."""
     Gate.entered, Gate.release = trio.Event(), trio.Event()
+    Lodge.closing, Lodge.left = trio.Event(), trio.Event()
     noted.clear()
 
 
@@ -59,6 +62,33 @@ class Room(zl.Spot):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         await _note(msg)
+
+
+@app.message("shield.Leave")
+@attrs.frozen
+class Leave:
+    """Close the Lodge, then send ``Note(1)`` to the Room ``r`` (which may wait for room)."""
+
+    stuck: bool
+
+
+@app.instance_spot("shield.Lodge")
+class Lodge(zl.InstanceSpot):
+    @zl.packet_handler(Note)
+    async def note(self, msg: Note) -> None:
+        await _note(msg)
+
+    @zl.packet_handler(Leave)
+    async def leave(self, msg: Leave) -> None:
+        await self.context.close()  # the close completes once this turn ends (SPOT-38)
+        Lodge.closing.set()
+        if msg.stuck:  # a send the closing deadline cannot cut (CMP-7.5)
+            await self.context.route.send_to_spot("r", Note(3)).submit()
+        Lodge.left.set()
+        await Gate.release.wait()
+
+    closing = trio.Event()
+    left = trio.Event()
 
 
 @app.actor("shield.Player")
@@ -236,3 +266,128 @@ async def test_shutdown_or_route_loss_ends_a_cancelled_send_waiting_for_credit(
     expected = "SHUTTING_DOWN" if end == "sender shuts down" else "UNAVAILABLE"
     assert [expected] == ended
     assert [1] == noted
+
+
+async def _closing_lodge(host: TestHost, *, stuck: bool) -> Caller:
+    """The Instance Spot ``i`` closing while its turn waits for ``Gate.release``; with
+    ``stuck`` that turn first sends to the Room ``r``, whose queue is full behind its own blocked
+    turn, so the closing deadline cannot end it. A send to the next ``i`` with instance_spot()."""
+    send = host.route.send_to_spot
+    if stuck:
+        await host.spots.get_or_create("r", "shield.Room").submit()
+        await send("r", Note(BLOCKING)).submit()
+        await Gate.entered.wait()
+        await send("r", Note(1)).submit()  # r's mailbox (limit 1) is full now
+    await send("i", Leave(stuck)).instance_spot("shield.Lodge").submit()
+    await Lodge.closing.wait()
+    await trio.testing.wait_all_tasks_blocked()  # in the send to r, or waiting for the release
+    return Caller(send("i", Note(2)).instance_spot("shield.Lodge"))
+
+
+@pytest.mark.spec("CMP-7.11", "CMP-7.2", "DEC-1")
+async def test_a_cancelled_send_waiting_for_a_closing_incarnation_reaches_the_next(
+    store_dsn: str,
+) -> None:
+    """A send with instance_spot() that finds its Instance Spot's incarnation closing waits for
+    it to close; its caller's cancellation does not end that wait: the next incarnation gets the
+    message, and the caller sees the cancellation only after submit() returned."""
+    async with open_test_host(app, dsn=store_dsn, closing_timeout=60.0) as host:
+        with trio.fail_after(20):
+            caller = await _closing_lodge(host, stuck=False)
+            async with trio.open_nursery() as nursery:
+                await caller.cancel_while_waiting(nursery)
+                Gate.release.set()  # the closing turn ends, the incarnation closes
+            assert ["admitted", "cancelled"] == caller.seen
+            await host.wait_quiet()
+    assert [2] == noted
+
+
+@pytest.mark.spec("CMP-7.11", "CMP-7.4", "DEC-1")
+async def test_shutdown_ends_a_cancelled_send_waiting_for_a_closing_incarnation(
+    store_dsn: str,
+) -> None:
+    """A send waiting for a closing incarnation whose caller's scope was cancelled ends with
+    SHUTTING_DOWN once its host shuts down (the shutdown cuts the closing turn), not by the
+    cancellation and not by the turn's own end."""
+    async with open_test_host(app, dsn=store_dsn, closing_timeout=1.0) as host:
+        with trio.fail_after(20):
+            caller = await _closing_lodge(host, stuck=False)
+            async with trio.open_nursery() as nursery:
+                await caller.cancel_while_waiting(nursery)
+                nursery.start_soon(host.shutdown)
+                ended = await caller.ended(10)  # before the closing turn is released
+                Gate.release.set()
+    assert ["SHUTTING_DOWN"] == ended
+    assert 2 not in noted
+
+
+@pytest.mark.spec("CMP-7.12", "CMP-7.11", "DEC-1")
+async def test_a_send_waiting_for_an_incarnation_whose_close_is_overdue_is_unavailable(
+    store_dsn: str,
+) -> None:
+    """The closing incarnation's turn is stuck in a shielded send to a full queue, so its
+    closing deadline cannot end it: a send waiting for that incarnation, its caller's scope
+    cancelled, ends UNAVAILABLE once the close is overdue (the closing deadline and
+    store_release_timeout passed), while the stuck turn still waits; nothing of it is handled."""
+    clock = VirtualClock()
+    clock.settle = trio.testing.wait_all_tasks_blocked  # not wait_quiet: a turn stays stuck
+    config = {"closing_timeout": 1.0, "mailbox_limit": 1}
+    async with open_test_host(app, dsn=store_dsn, clock=clock, **config) as host:
+        with trio.fail_after(30):
+            caller = await _closing_lodge(host, stuck=True)
+            overdue = clock.now() + 1.0 + zl.HostConfig("m", **config).store_release_timeout
+            async with trio.open_nursery() as nursery:
+                await caller.cancel_while_waiting(nursery)
+                await clock.advance_to(overdue - 0.5)  # the closing deadline passed, not more
+                assert [] == caller.seen
+                await clock.advance_to(overdue)
+                ended = await caller.ended(10)
+                assert not Lodge.left.is_set()  # the stuck turn still waits for room in r
+                Gate.release.set()
+            await host.wait_quiet()
+    assert ["UNAVAILABLE"] == ended
+    assert 2 not in noted
+    assert [0, 1, 3] == noted  # r's turns, then the stuck send once r had room
+
+
+def _held_reads(host: TestHost) -> tuple[trio.Event, trio.Event]:
+    """From now on each store read of a Location record by ``host`` waits, once it has begun
+    (the first event), until the second event is set, then reads: an injected slow store."""
+    authority: Any = host.host._node.authority
+    read = authority.read
+    reading, go = trio.Event(), trio.Event()
+
+    async def held(target: object) -> object:
+        reading.set()
+        await go.wait()
+        return await read(target)
+
+    authority.read = held
+    return reading, go
+
+
+@pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
+@pytest.mark.spec("CMP-7.11", "CMP-7.2", "DEC-1")
+async def test_a_cancelled_send_whose_owner_is_being_read_is_still_sent(
+    store_dsn: str, to_actor: bool
+) -> None:
+    """A send to a Spot or Actor of another host first reads its owner from the store; its
+    caller's scope cancelled during that read, the send goes on, reaches the owner and is
+    handled, and the caller sees the cancellation only after submit() returned."""
+    async with open_test_mesh(app, hosts=2, dsn=store_dsn) as mesh:
+        sender, owner = mesh[0], mesh[1]
+        with trio.fail_after(30):
+            await _meet(sender, owner)
+            if to_actor:
+                await owner.actors.create("t", "shield.Player").submit()
+            else:
+                await owner.spots.get_or_create("t", "shield.Room").submit()
+            reading, go = _held_reads(sender)
+            send = sender.route.send_to_actor if to_actor else sender.route.send_to_spot
+            caller = Caller(send("t", Note(2)))
+            async with trio.open_nursery() as nursery:
+                await caller.cancel_while_waiting(nursery, reading.is_set)
+                go.set()
+            assert ["admitted", "cancelled"] == caller.seen
+            await mesh.wait_quiet()
+    assert [2] == noted

@@ -150,7 +150,7 @@ class Mesh:
         return PeerRun(peer, NodeGeneration(1)) if peer in self.up else None
 
     async def send(self, peer: NodeRid, message: Send) -> None:
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.cancel_shielded_checkpoint()  # as the real one (TRN-11)
         if self.error is not None:
             raise self.error
         self.sent.append((peer, message))
@@ -491,6 +491,41 @@ async def test_calls_wait_for_the_route_and_go_on_when_it_comes_up(
     assert 10 == trio.current_time() - (deadline - 30)
     assert {b"one", b"two"} == {asked["payload"] for asked in scene.mesh.asked}
     assert 20 == scene.mesh.asked[0]["timeout"]
+    assert 1 == len(scene.mesh.sent)
+
+
+@pytest.mark.spec("CMP-7.11", "ROUTE-11")
+async def test_a_send_waiting_for_its_route_goes_on_when_its_caller_is_cancelled(
+    running: Scene, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A send's wait for the route to its owner is not its caller's: cancelled while the route
+    is not up, the send goes on waiting and goes out when the route comes up; the caller's
+    cancellation shows only at its next checkpoint after that."""
+    scene = running
+    seen: list[str] = []
+    scope = trio.CancelScope()
+
+    async def send() -> None:
+        with scope:
+            await scene.remote.send(Owner(PEER), ROOM, "late", {}, None)
+            seen.append("sent")
+            await trio.lowlevel.checkpoint()
+            seen.append("not cancelled")
+        seen.append("cancelled" if scope.cancelled_caught else "ended")
+
+    with trio.fail_after(25):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            await trio.sleep(5)
+            await settle()
+            scope.cancel()
+            await trio.sleep(5)
+            await settle()
+            assert [] == seen  # still waiting for the route
+            assert [] == scene.mesh.sent
+            scene.mesh.up.add(PEER)
+            scene.mesh.send_changes.send_nowait(RouteUp(PeerRun(PEER, NodeGeneration(1))))
+    assert ["sent", "cancelled"] == seen
     assert 1 == len(scene.mesh.sent)
 
 

@@ -33,10 +33,18 @@ Actor of this host that is sealed for a move takes its job permit past ``app_job
 when none is free, and goes into the hold at once: the hold has no bound of its own (ERR-5.13),
 and what it holds keeps its permit, so the job queue's reservation applies to it again once it
 runs here (a move given up) and the permit is given back when it is relayed away.
+Rule 6: a call that finds its Instance Spot's incarnation closing, or a User Spot of this host
+being created, waits for it (``outlive``): a request within its deadline; a one-way send,
+shielded by its caller (messaging.py Rule 1), until the closing incarnation's release is
+overdue: its closing deadline cut its turns, and ``store_release_timeout`` after it the record
+should be gone. A closing incarnation still there then has a turn stuck in a shielded wait of
+its own, perhaps for room in the very sender's queue, which only the sender's end would make:
+the send ends ``UNAVAILABLE`` (CMP-7.12) rather than wait with it until the host shuts down.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,6 +70,7 @@ __all__ = [
     "admit",
     "deadline_error",
     "job_permit",
+    "outlive",
     "permit_for_hold",
     "permit_now",
     "reply_of",
@@ -270,6 +279,22 @@ async def _settle(node: LocalNode, entry: PendingCall, deadline: float) -> objec
     with trio.CancelScope(shield=True):
         outcome = await entry.wait()
     return outcome.unwrap()
+
+
+async def outlive(
+    node: LocalNode, spot_id: SpotId, found: Activation | trio.Event, deadline: float
+) -> None:
+    """Rule 6: wait until the closing incarnation ``found`` has closed, or the creation it
+    names has ended; ``deadline`` is a request's, ``math.inf`` for a send."""
+    until = deadline
+    if deadline == math.inf and isinstance(found, Activation):
+        until = found.closing_deadline + node.config.store_release_timeout
+    with node.clock.scope_until(until):
+        await (found.closed if isinstance(found, Activation) else found).wait()
+        return
+    if deadline == math.inf:
+        raise ZLinkError(ErrorKind.UNAVAILABLE, f"Spot {spot_id} is still closing (overdue)")
+    raise deadline_error(spot_id)
 
 
 def deadline_error(spot_id: SpotId | None) -> ZLinkError:

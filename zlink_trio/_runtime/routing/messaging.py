@@ -3,8 +3,9 @@ CMP-4.2, CMP-4.4, CMP-9.1..CMP-9.4, CMP-9.10, CMP-14.2, CMP-17.7; specs/spots.md
 specs/errors.md ERR-4.1, ERR-4.2, ERR-5.1..ERR-5.9).
 
 Rule 1: a one-way send completes at local admission: the message is in the target Spot's
-mailbox; it waits for no handler (CMP-4.2). It has no time bound and no deadline, and its waits
-for a permit, for room and for credit are shielded from its caller (DEC-1; local.py Rule 3).
+mailbox; it waits for no handler (CMP-4.2). No time bound, no deadline; its caller cannot cancel
+its waits for a permit, room and credit (DEC-1; local.py Rule 3) nor those of resolving its
+route (CMP-7.11: a changed route's flush, the store read, remote.py's route, local.py Rule 6).
 Rule 2: a request fixes one deadline when its terminal starts, on the host's application clock
 (``node.clock``, VCLK-2); resolution, cold activation, admission and the reply wait all spend
 from it (CMP-9.4). Its entry is registered before the message is admitted (completion.py Rule
@@ -57,9 +58,9 @@ from zlink_trio._runtime.routing.local import (
     InstanceChoice,
     actor_context,
     admit,
-    deadline_error,
     handler_of,
     job_permit,
+    outlive,
     reply_of,
     resolve_actor,
     resolve_spot,
@@ -121,7 +122,8 @@ class Messaging:
         node.check_mesh(mesh)
         encoded = self._screen(message, local)
         if not local and self.reroutes.waiting and spot_id in self.spots.activations:
-            await self.reroutes.settle(self.remote, spot_id, node.node_rid, math.inf)
+            with trio.CancelScope(shield=True):  # Rule 1
+                await self.reroutes.settle(self.remote, spot_id, node.node_rid, math.inf)
         if local and (followed := self.moved.followed(spot_id, self.remote)) is not None:
             relay, moved_to = followed
             await relay.send(moved_to, spot_id, message, metadata, self._type_of(instance))
@@ -135,9 +137,10 @@ class Messaging:
                 self.spots, spot_id, type(message), HandlerKind.PACKET, instance, create
             )
             if not isinstance(found, tuple):
-                located = await self._locate(
-                    spot_id, type(message), HandlerKind.PACKET, instance, create, math.inf
-                )
+                with trio.CancelScope(shield=not local):  # a call of this host: Rule 1
+                    located = await self._locate(
+                        spot_id, type(message), HandlerKind.PACKET, instance, create, math.inf
+                    )
                 if isinstance(located, Owner):
                     # A remote target's queue is at its owner: no local permit is held for it.
                     held = False
@@ -278,12 +281,8 @@ class Messaging:
             if isinstance(found, tuple):
                 return found
             if isinstance(found, Activation | trio.Event):
-                # A closing incarnation to outlive, or a User Spot of this host being created
-                # (SPOT-90): wait for it, then look again.
-                with self.node.clock.scope_until(deadline):
-                    await (found.closed if isinstance(found, Activation) else found).wait()
-                    continue
-                raise deadline_error(spot_id)
+                await outlive(self.node, spot_id, found, deadline)  # then look again
+                continue
             remote = self.remote
             # resolve_spot returns None only for a call of this host that may go remote.
             assert remote is not None
@@ -316,12 +315,14 @@ class Messaging:
         encoded = self._screen(message, local)
         remote = self.remote
         if not local and self.reroutes.waiting and actor_id in self.actors.actors:
-            await self.reroutes.settle(remote, actor_id, node.node_rid, math.inf)
+            with trio.CancelScope(shield=True):  # Rule 1
+                await self.reroutes.settle(remote, actor_id, node.node_rid, math.inf)
         if local and (followed := self.moved.followed(actor_id, remote)) is not None:
             await followed[0].send(followed[1], actor_id, message, metadata, None)
             return
         if not local and remote is not None and actor_id not in self.actors.actors:
-            owner = await self._owner_of(remote, actor_id, math.inf)
+            with trio.CancelScope(shield=True):  # Rule 1
+                owner = await self._owner_of(remote, actor_id, math.inf)
             if isinstance(owner, Owner):
                 self._check_handled(owner, message)
                 await remote.send(owner, actor_id, message, metadata, None, encoded)

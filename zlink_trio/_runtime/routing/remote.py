@@ -248,7 +248,8 @@ class Remote:
         try:
             mesh = self._mesh()
             if mesh.is_up(rid) is None:
-                mesh = await self._route_ready(rid, math.inf)
+                with trio.CancelScope(shield=True):  # a send's route resolution (CMP-7.11)
+                    mesh = await self._route_ready(rid, math.inf)
             self.limits.check(rid, name, payload)  # a route that is up has its limit
             if self.credits.is_paused(rid, target):
                 await self.credits.wait(rid, target)  # the owner's Spot is full (OVL-2)

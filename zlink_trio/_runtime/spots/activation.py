@@ -341,6 +341,12 @@ class Activation(SpotIngress):
         return self._parked or not self._gate_running or self.mailbox.server_waiting
 
     @property
+    def closing_deadline(self) -> float:
+        """When closing cuts this incarnation's turns, on the host's application clock;
+        ``math.inf`` while it is not closing."""
+        return self._closing.deadline
+
+    @property
     def busy(self) -> bool:
         """Whether a turn of this Spot runs now (message, tick, lifecycle or control turn)."""
         return self._busy > 0 or self.gate.held
