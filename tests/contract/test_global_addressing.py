@@ -623,7 +623,8 @@ async def test_a_lost_cold_race_hands_sends_and_requests_to_the_winner_in_admiss
 ) -> None:
     """The first host's cold activation is held inside its claim (an injected pause) while the
     second host activates the id and wins; the first host had admitted a send, a request and a
-    send, in that order: the winner handles them in that order and the request is answered."""
+    send, in that order: the winner handles them in that order, the request is answered, and
+    the loser's job permits are all free again."""
     spot = fresh("ledger")
     paused, go = trio.Event(), trio.Event()
     real_claim = SpotAuthority.claim
@@ -666,6 +667,8 @@ async def test_a_lost_cold_race_hands_sends_and_requests_to_the_winner_in_admiss
                 await trio.testing.wait_all_tasks_blocked()
         assert [second.node_rid.value] == [answer.node_rid for answer in answers]
         assert ["won", "1", "2", "3"] == ledger_of(second, ("won", "1", "2", "3"))
+        # What the loser handed over gave its job permits back there.
+        assert first._node.config.app_job_queue_size == first._node.jobs.available
 
 
 def ledger_of(host: zl.Host, texts: tuple[str, ...]) -> list[str]:

@@ -338,7 +338,7 @@ async def open_host_on(
             messaging.remote = remote
             remote.forgotten = messaging.reroutes.forgot  # per-sender order on a new route
             # Routing owns the wire, so it hands a lost cold race's messages to the winner.
-            spots.forward = partial(forward, remote)
+            spots.forward = partial(forward, remote, permits_held=False)
             # The host's mover takes an Actor to the host of a Spot it joins (ACT-27).
             actors.join_elsewhere = partial(join_elsewhere, remote, messaging.moved)
             await nursery.start(tree.run_remote, remote, inbound)

@@ -45,7 +45,8 @@ async def forward(
 ) -> None:
     """Send what ``activation`` admitted to ``owner``, in order; requests complete their
     callers' entries with the winner's outcome. Each envelope's job permit is released first
-    unless the caller has (``permits_held=False``: a moved Spot's relay, host/moving.py).
+    unless the caller has (``permits_held=False``: a moved Spot's relay, host/moving.py, and
+    a lost cold race, whose entries say which hold one, spots/activation.py ``_finish``).
     Returns once every reply is in, or, given ``replies``, once every message is submitted:
     the replies are then waited for in that nursery."""
     # Only an Instance Spot is named by its type on the wire (a User Spot's type comes from its

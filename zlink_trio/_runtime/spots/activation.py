@@ -765,7 +765,11 @@ class Activation(SpotIngress):
         self.mailbox.close()
         forward = self.catalog.forward
         if self.forward_to is not None and forward is not None:
-            queued = [envelope for envelope, _ in self.take_queued()]
+            queued = []
+            for envelope, permit in self.take_queued():  # each entry says if it holds one
+                if permit:
+                    self.node.jobs.release()
+                queued.append(envelope)
             self.node.activation_nursery.start_soon(forward, self, self.forward_to, queued)
         elif not self.keeps_record:  # else what it carries is still the other incarnation's
             self._fail_admitted(self._failure or _gone(self.spot_id))

@@ -12,8 +12,9 @@ dependencies"):
 - ``make_context(activation)``: the ``SpotContext`` an instance sees as ``self.context``; the
   context hands out the route client and the managers, which sit above the Spots.
 - ``forward(activation, owner, envelopes)``: hands what a cold activation that lost its claim
-  had admitted to the winning host (activation.py Rule 7); routing owns the wire, so routing
-  provides it. ``None`` while the host has no transport (before it starts serving peers).
+  had admitted to the winning host (activation.py Rule 7), whose job permits the activation
+  gave back already; routing owns the wire, so routing provides it. ``None`` while the host
+  has no transport (before it starts serving peers).
 """
 
 from __future__ import annotations
