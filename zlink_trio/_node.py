@@ -30,6 +30,7 @@ import attrs
 import trio
 
 import zlink_trio as zl
+from zlink_trio._exception_groups import sole_error
 
 __all__ = ["NodeConfig", "load_config", "main", "run_node"]
 
@@ -149,27 +150,40 @@ async def run_node(config: NodeConfig) -> int:
                 stop.set()
                 return
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch)
-            while not stop.is_set():
-                ready = False
-                try:
-                    async with zl.open_host(config.app, config.host) as host:
-                        ready = True
-                        _say(
-                            f"ready: node {host.node_rid.value} generation "
-                            f"{host.node_generation.value} mesh {host.mesh.value} "
-                            f"app {config.app_ref}"
-                        )
-                        await stop.wait()
-                        await host.shutdown()
-                    _say(f"stopped: node {host.node_rid.value}")
-                except zl.ZLinkError as error:
-                    if not ready or error.kind is not zl.ErrorKind.UNAVAILABLE:
-                        raise
-                    _say(f"the run ended: {error}; starting a new run")
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                await _runs(config, stop)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The nursery wraps what ends a run; a lone error leaves as itself, for ``main``
+            # to report in one line (NODE-4).
+            lone = sole_error(group)
+            if lone is None:
+                raise
+            raise lone from None
     return 0
+
+
+async def _runs(config: NodeConfig, stop: trio.Event) -> None:
+    """The host's runs, one after another, until ``stop`` (``run_node``)."""
+    while not stop.is_set():
+        ready = False
+        try:
+            async with zl.open_host(config.app, config.host) as host:
+                ready = True
+                _say(
+                    f"ready: node {host.node_rid.value} generation "
+                    f"{host.node_generation.value} mesh {host.mesh.value} "
+                    f"app {config.app_ref}"
+                )
+                await stop.wait()
+                await host.shutdown()
+            _say(f"stopped: node {host.node_rid.value}")
+        except zl.ZLinkError as error:
+            if not ready or error.kind is not zl.ErrorKind.UNAVAILABLE:
+                raise
+            _say(f"the run ended: {error}; starting a new run")
 
 
 def main(config_path: str) -> int:
@@ -190,5 +204,5 @@ def main(config_path: str) -> int:
         print(f"zlink-trio node: {error}", file=sys.stderr)
         return 2
     except zl.ZLinkError as error:
-        print(f"zlink-trio node: the host failed: {error.kind.name}: {error}", file=sys.stderr)
+        print(f"zlink-trio node: the host failed: {error}", file=sys.stderr)
         return 1

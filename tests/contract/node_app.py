@@ -27,3 +27,19 @@ class Greeter(zl.Spot):
 
 
 not_an_app = "a string, not a zl.Application"
+
+
+@attrs.frozen
+class Undeclared:
+    """A message ``bad_app`` handles without declaring it."""
+
+
+bad_app = zl.Application()
+"""Valid as a configuration, refused when the host starts: its Spot handles a message that is
+not declared (REG-5.5)."""
+
+
+@bad_app.user_spot("node_app.Broken")
+class Broken(zl.Spot):
+    @zl.packet_handler(Undeclared)
+    async def undeclared(self, msg: Undeclared) -> None: ...

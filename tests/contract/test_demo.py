@@ -237,3 +237,24 @@ async def test_a_blocked_relocation_fails_the_update(tmp_path: Path) -> None:
     lines = update.summary(0)
     assert lines[0].endswith(": BLOCKED reason RELOCATION_DISABLED in 0.01s"), lines
     assert "  units moved: not read (the update did not end)" in lines
+
+
+@pytest.mark.spec("DEMO-5")
+def test_a_demo_whose_hosts_cannot_start_names_the_cause(tmp_path: Path) -> None:
+    """Hosts that cannot reach their store fail the demo (exit 1, ``demo: FAILED``), and each
+    host's line names the error itself, not the Trio nursery that carried it."""
+    done = subprocess.run(
+        [*DEMO, "--hosts", "2", "--seconds", "1", "--dsn", "postgresql://nobody@127.0.0.1:9/none"],
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT,
+        env=_environ(),
+        cwd=tmp_path,
+        check=False,
+    )
+    assert 1 == done.returncode, done.stdout + done.stderr
+    assert "demo: FAILED" in done.stdout
+    causes = [line for line in done.stdout.splitlines() if re.match(r"^h\d \(", line)]
+    assert 2 == len(causes), done.stdout
+    for line in causes:
+        assert "ZLinkError: UNAVAILABLE: cannot reach PostgreSQL at 127.0.0.1:9/none" in line

@@ -184,6 +184,38 @@ async def test_missing_config_file_exits_2(tmp_path: Path) -> None:
     assert "cannot read it" in done.stderr.decode()
 
 
+@pytest.mark.spec("NODE-4")
+@pytest.mark.parametrize(
+    ("text", "status", "expected"),
+    [
+        (
+            'app = "node_app:bad_app"\nmesh = "m"\n',
+            2,
+            "is not declared",
+        ),
+        (
+            'app = "node_app:app"\nmesh = "m"\nstore_dsn = "postgresql://nobody@127.0.0.1:9/none"\n',
+            1,
+            "the host failed: UNAVAILABLE: cannot reach PostgreSQL at 127.0.0.1:9/none",
+        ),
+    ],
+    ids=["declaration error", "store unreachable"],
+)
+async def test_a_host_that_fails_to_start_is_one_line_and_an_exit_status(
+    tmp_path: Path, text: str, status: int, expected: str
+) -> None:
+    """A configuration that passes its own checks, but whose application's declarations are
+    refused at the host's start (2) or whose store cannot be reached (1), ends the command with
+    one line on stderr naming the problem, no traceback."""
+    done = await _run("node", "--config", str(_config(tmp_path, text)))
+    stderr = done.stderr.decode()
+    assert status == done.returncode, stderr
+    assert expected in stderr
+    assert stderr.startswith("zlink-trio node: ")
+    assert 1 == len(stderr.strip().splitlines()), stderr
+    assert "Traceback" not in stderr
+
+
 @pytest.mark.spec("MESH-22")
 async def test_a_node_whose_run_lost_its_lease_comes_back_as_a_new_run(
     tmp_path: Path, store_dsn: str

@@ -43,6 +43,7 @@ from zlink_trio._demo.app import (
 )
 from zlink_trio._demo.protocol import emit, lines
 from zlink_trio._demo.workload import Plan, Stats, Workload
+from zlink_trio._exception_groups import sole_error
 
 __all__ = [
     "STATS_INTERVAL",
@@ -255,5 +256,6 @@ def child_main(config_path: str) -> int:
         return trio.run(Child(config, plan).run)
     except BaseException as error:  # the parent shows it; the details go to stderr
         traceback.print_exc()
-        emit("failed", error=f"{type(error).__name__}: {error}")
+        shown = sole_error(error) or error  # the nursery's group says nothing of its own
+        emit("failed", error=f"{type(shown).__name__}: {shown}")
         return 1
