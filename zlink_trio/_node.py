@@ -10,7 +10,9 @@ The configuration is a TOML file::
 
 Every problem of the file is reported at once as one ``zl.ConfigurationError`` (the text the
 command prints on stderr before it exits 2). The host runs until SIGINT or SIGTERM, then shuts
-down in order (``host.shutdown()``) and the command exits 0.
+down in order (``host.shutdown()``) and the command exits 0. While a host is open SIGINT is the
+host's own (specs/shutdown.md SHUT-8): it shuts the host down itself and ``open_host`` raises
+``KeyboardInterrupt`` once that is done, which ends the node the same way, without a traceback.
 
 Only the public API is used here: this module is what an operator's own runner would be.
 """
@@ -169,9 +171,10 @@ async def _runs(config: NodeConfig, stop: trio.Event) -> None:
     """The host's runs, one after another, until ``stop`` (``run_node``)."""
     while not stop.is_set():
         ready = False
+        rid = "?"
         try:
             async with zl.open_host(config.app, config.host) as host:
-                ready = True
+                ready, rid = True, host.node_rid.value
                 _say(
                     f"ready: node {host.node_rid.value} generation "
                     f"{host.node_generation.value} mesh {host.mesh.value} "
@@ -179,7 +182,10 @@ async def _runs(config: NodeConfig, stop: trio.Event) -> None:
                 )
                 await stop.wait()
                 await host.shutdown()
-            _say(f"stopped: node {host.node_rid.value}")
+            _say(f"stopped: node {rid}")
+        except KeyboardInterrupt:  # the host took SIGINT and has shut down (SHUT-8.2)
+            _say(f"SIGINT received; stopped: node {rid}" if ready else "SIGINT received; stopped")
+            return
         except zl.ZLinkError as error:
             if not ready or error.kind is not zl.ErrorKind.UNAVAILABLE:
                 raise

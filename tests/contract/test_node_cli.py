@@ -81,12 +81,28 @@ async def _read_until(stream: trio.abc.ReceiveStream, marker: bytes) -> bytes:
     return seen
 
 
+async def _read_all(stream: trio.abc.ReceiveStream) -> bytes:
+    seen = b""
+    while chunk := await stream.receive_some(4096):
+        seen += chunk
+    return seen
+
+
 @pytest.mark.spec("NODE-1", "NODE-2")
-async def test_node_runs_until_sigterm_and_withdraws_its_record(
-    tmp_path: Path, store_dsn: str
+@pytest.mark.parametrize(
+    ("signum", "said"),
+    [
+        (signal.SIGTERM, "SIGTERM received, shutting down"),
+        (signal.SIGINT, "SIGINT received; stopped: node"),
+    ],
+    ids=["SIGTERM", "SIGINT"],
+)
+async def test_node_runs_until_a_signal_and_withdraws_its_record(
+    tmp_path: Path, store_dsn: str, signum: signal.Signals, said: str
 ) -> None:
     """The node prints a ready line naming its RID, is listed in the store while it runs, and on
-    SIGTERM shuts down, exits 0 and its node record is gone."""
+    SIGTERM or SIGINT (Ctrl-C, which the open host takes itself: SHUT-8) shuts down, exits 0
+    with no traceback and its node record is gone."""
     mesh = f"node-{uuid.uuid4().hex[:8]}"
     rid = f"node-cli-{uuid.uuid4().hex[:8]}"
     config = _config(
@@ -102,12 +118,15 @@ async def test_node_runs_until_sigterm_and_withdraws_its_record(
         assert f"zlink-trio node: ready: node {rid} " in seen.decode()
         assert f"mesh {mesh}" in seen.decode()
         assert [rid] == await _nodes(store_dsn, mesh)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         with trio.fail_after(COMMAND_TIMEOUT):
             returncode = await process.wait()
             rest = seen + await _read_until(process.stdout, b"stopped")
-        assert 0 == returncode
-        assert "SIGTERM received, shutting down" in rest.decode()
+            assert process.stderr is not None
+            errors = await _read_all(process.stderr)
+        assert 0 == returncode, errors.decode()
+        assert said in rest.decode()
+        assert "Traceback" not in errors.decode()
         assert [] == await _nodes(store_dsn, mesh)
     finally:
         await _close(process)
