@@ -113,7 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = commands.add_parser(
         "demo", help="run a workload over several host processes and show what it did"
     )
-    demo.add_argument("--hosts", type=_positive, default=3, help="host processes (default 3)")
+    demo.add_argument(
+        "--hosts",
+        type=_host_count,
+        default=3,
+        help=f"host processes, 1..{MOST_DEMO_HOSTS} (default 3)",
+    )
     demo.add_argument("--seconds", type=float, default=10.0, help="workload time (default 10)")
     demo.add_argument(
         "--dsn", help="the store's DSN (default: $ZLINK_STORE_DSN, else a temporary embedded one)"
@@ -160,6 +165,22 @@ def _positive(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+MOST_DEMO_HOSTS = 32
+"""Each demo host is a process with store connections of its own; PostgreSQL's default limit is
+100 connections, and a hundred hosts exhaust it (found 2026-12-06: the demo then took minutes to
+fail with ``TooManyConnectionsError``)."""
+
+
+def _host_count(value: str) -> int:
+    number = _positive(value)
+    if number > MOST_DEMO_HOSTS:
+        raise argparse.ArgumentTypeError(
+            f"at most {MOST_DEMO_HOSTS}, got {number}: each host is a process with store "
+            "connections of its own (PostgreSQL allows 100 by default)"
+        )
     return number
 
 

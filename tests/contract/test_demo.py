@@ -258,3 +258,28 @@ def test_a_demo_whose_hosts_cannot_start_names_the_cause(tmp_path: Path) -> None
     assert 2 == len(causes), done.stdout
     for line in causes:
         assert "ZLinkError: UNAVAILABLE: cannot reach PostgreSQL at 127.0.0.1:9/none" in line
+
+
+@pytest.mark.spec("DEMO-1")
+@pytest.mark.parametrize(("hosts", "accepted"), [("1", True), ("32", True), ("33", False)])
+def test_the_host_count_is_bounded_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], hosts: str, accepted: bool
+) -> None:
+    """``--hosts`` takes 1 to 32; 33 is a usage error (status 2) naming the bound and its
+    reason, and no demo starts."""
+    calls: list[dict[str, object]] = []
+
+    def fake_main(**options: object) -> int:
+        calls.append(options)
+        return 0
+
+    monkeypatch.setattr(_demo, "main", fake_main)
+    if accepted:
+        assert 0 == command.main(["demo", "--hosts", hosts])
+        assert [int(hosts)] == [options["hosts"] for options in calls]
+        return
+    with pytest.raises(SystemExit) as exited:
+        command.main(["demo", "--hosts", hosts])
+    assert 2 == exited.value.code
+    assert "at most 32, got 33" in capsys.readouterr().err
+    assert [] == calls
