@@ -20,7 +20,10 @@ closed is lending.py's (Rules 1-4 there, STORE-43..STORE-46): pool connections s
 this side between calls, so a call crosses the bridge once.
 Rule 6: a connection prepares the store's hot statements when the pool opens it, so that the
 driver's one-time work per connection (reading the array types' definitions from the server:
-~10 ms for the conditional batch, measured) is not paid inside the first call that uses it.
+~10 ms for the conditional batch, measured) is not paid inside the first call that uses it. The
+types' codecs stay with the connection; the statements themselves do not (asyncpg's
+``prepare`` keeps them out of its statement cache and closes them once collected), so a call
+still parses its statement the first time, a round trip, not the introspection.
 Before the schema exists they are skipped. Behind a transaction pooler (``pooled``) nothing is
 prepared and the driver's statement cache is off: a named statement lives on one server
 connection, and the pooler hands the next transaction another (STORE-48).
