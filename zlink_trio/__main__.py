@@ -10,7 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import zlink_trio
+from zlink_trio._signals import Interrupted
 from zlink_trio.ids import MeshName
+
+INTERRUPTED = 130
+"""The exit status of a command that SIGINT or SIGTERM cut short (128 + SIGINT, as shells use)."""
 
 _BINDINGS = (
     ("trio", "trio"),
@@ -213,6 +217,9 @@ def _store_inspect(
     except _inspect.InspectError as error:
         print(f"zlink-trio store inspect: {error}", file=sys.stderr)
         return 1
+    except Interrupted as error:
+        print(f"zlink-trio store inspect: {error}", file=sys.stderr)
+        return INTERRUPTED
     print(_inspect.render_json(snapshot) if as_json else _inspect.render_text(snapshot))
     return 0
 
@@ -243,6 +250,9 @@ def _store_retire(dsn: str | None, mesh: MeshName, silence: float | None) -> int
     except _retire.RetireError as error:
         print(f"zlink-trio store retire: {error}", file=sys.stderr)
         return 1
+    except Interrupted as error:
+        print(f"zlink-trio store retire: {error}; run it again to finish", file=sys.stderr)
+        return INTERRUPTED
     say(
         f"retired mesh {mesh.value}: {counted['node records']} node record(s), "
         f"{counted['mesh keys']} key(s) under the mesh, {counted['actor records']} Actor "

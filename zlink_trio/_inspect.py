@@ -18,17 +18,18 @@ retire`` watch); one inspection alone cannot tell them apart, and does not prete
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 from pathlib import Path
 
 import attrs
-import trio
 
 from zlink_trio._integration.store import Expired, Record, StoreConfig, Stores, open_stores
 from zlink_trio._integration.store.config import describe_dsn
 from zlink_trio._runtime.ownership.authority import SpotRecord
 from zlink_trio._runtime.ownership.node_record import NodeRecord
+from zlink_trio._signals import Interrupted, run_until_signal
 from zlink_trio.errors import ConfigurationError, ZLinkError
 from zlink_trio.ids import MeshName, SpotKind
 
@@ -195,8 +196,8 @@ def inspect(dsn: str | None, mesh: MeshName | None, data_dir: Path | None = None
     mesh, or every mesh); ``InspectError`` when it cannot."""
     where = describe_dsn(dsn) if dsn is not None else f"the embedded store in {data_dir}"
     try:
-        return trio.run(_inspect, dsn, mesh, data_dir)
-    except InspectError:
+        return run_until_signal(functools.partial(_inspect, dsn, mesh, data_dir))
+    except (InspectError, Interrupted):
         raise
     except (ZLinkError, ConfigurationError, OSError) as error:
         raise InspectError(f"cannot read {where}: {_one_line(error)}") from None

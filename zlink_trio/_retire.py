@@ -20,6 +20,7 @@ batches of at most 500 keys, so a large mesh shows it is moving.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
@@ -38,6 +39,7 @@ from zlink_trio._integration.store import (
 )
 from zlink_trio._integration.store.config import describe_dsn
 from zlink_trio._runtime.ownership.records import actor_leftovers
+from zlink_trio._signals import Interrupted, run_until_signal
 from zlink_trio.errors import ConfigurationError, ZLinkError
 from zlink_trio.ids import MeshName
 
@@ -149,8 +151,8 @@ def retire(
     """Retire ``mesh`` in the store at ``dsn`` (Rules 1-3); what was deleted, by kind.
     ``RetireError`` when it was not retired."""
     try:
-        return trio.run(_retire, dsn, mesh, silence, say)
-    except RetireError:
+        return run_until_signal(functools.partial(_retire, dsn, mesh, silence, say))
+    except (RetireError, Interrupted):
         raise
     except (ZLinkError, ConfigurationError, OSError) as error:
         raise RetireError(f"cannot retire in the store at {describe_dsn(dsn)}: {error}") from None

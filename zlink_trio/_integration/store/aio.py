@@ -42,6 +42,26 @@ def terminate(connection: Any) -> None:
         return
 
 
+_log = logging.getLogger("zlink_trio.store")
+
+
+def quiet_abandoned(loop: asyncio.AbstractEventLoop) -> None:
+    """Make the bridge's loop log at DEBUG, not print, the lost connection's error of a future
+    nobody awaits any more (a connect or a statement that a cancelled call abandoned: asyncpg's
+    protocol still settles it when the socket closes, and asyncio reports the unread error
+    when the future is collected, on stderr, often after the command that cancelled it said
+    why it ended). Every other report of the loop goes to asyncio's own handler."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        if isinstance(error, ConnectionError) and "never retrieved" in context.get("message", ""):
+            _log.debug("a connection error of an abandoned call: %r", error)
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
+
+
 UNREACHABLE = (
     OSError,
     asyncio.TimeoutError,

@@ -294,6 +294,7 @@ async def open_database(
     """
     where = describe_dsn(dsn)
     async with trio_asyncio.open_loop() as loop:
+        aio.quiet_abandoned(loop)
         run = functools.partial(_run_on, loop)
         options: dict[str, Any] = {
             "min_size": max(min_size, 1),
