@@ -226,6 +226,8 @@ def _node_json(row: NodeRow) -> dict[str, object]:
         "types": [name.value for name in record.types],
         "load": record.load,
         "application_version": record.application_version,
+        "curve_key": record.curve_key,
+        "max_message_bytes": record.max_message_bytes,
         "version": row.version,
     }
 
@@ -301,9 +303,12 @@ def render_text(snapshot: Snapshot) -> str:
                 f"application version {record.application_version}  load {record.load}  "
                 f"version {node.version}"
             )
+            security = f"curve {record.curve_key}" if record.curve_key else "none"
+            limit = record.max_message_bytes
             lines.append(
                 f"      application {record.application_endpoint or '-'}  "
-                f"completion {record.completion_endpoint or '-'}"
+                f"completion {record.completion_endpoint or '-'}  security {security}  "
+                f"message limit {'unpublished' if limit is None else limit}"
             )
         lines.append(f"  spots ({len(view.spots)}):")
         lines.extend(f"    {_authority_line(spot)}" for spot in view.spots)

@@ -16,6 +16,7 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
+import zmq
 
 import zlink_trio as zl
 from zlink_trio._integration.store import (
@@ -49,6 +50,8 @@ class User(zl.Actor):
 COMMAND_TIMEOUT = 60.0
 NODE_GENERATION = 2**63 + 5
 """Above 2**53, so a JSON reader that took it as a number would round it."""
+HAND_KEY = zmq.curve_keypair()[0].decode()
+"""The hand-written node's CURVE public key (Z85)."""
 HOST_VERSION = "3.0.7"
 """The application version of the host the inspections run beside (MESH-24)."""
 
@@ -121,6 +124,8 @@ async def populated(store_dsn: str) -> AsyncIterator[Seen]:
             "serving",
             (StableTypeName("inspect.Room"),),
             3,
+            curve_key=HAND_KEY,
+            max_message_bytes=65536,
             application_version="2.10.1",
         )
         node_version = await put_raw(store_dsn, f"m/{mesh}/node/hand-written-node", node.encode())
@@ -143,8 +148,8 @@ def _text(done: subprocess.CompletedProcess[bytes]) -> tuple[str, str]:
 @pytest.mark.spec("INSPECT-1", "INSPECT-2", "MESH-24")
 async def test_inspect_lists_nodes_spots_and_actors(store_dsn: str) -> None:
     """The text listing names the node record (generation, state, application version,
-    endpoints, load, version), the Spot (id, generation, kind, type, owner RID, version) and the
-    Actor (kind printed as ``actor``)."""
+    endpoints, security, message limit, load, version), the Spot (id, generation, kind, type,
+    owner RID, version) and the Actor (kind printed as ``actor``)."""
     async with populated(store_dsn) as seen:
         done = await run_cli("store", "inspect", "--dsn", store_dsn, "--mesh", seen.mesh)
         out, err = _text(done)
@@ -159,7 +164,10 @@ async def test_inspect_lists_nodes_spots_and_actors(store_dsn: str) -> None:
         assert f"version {seen.node_version}" in node_line
         own_line = next(line for line in out.splitlines() if owner in line and "load" in line)
         assert f"application version {HOST_VERSION}  " in own_line
-        assert "application tcp://127.0.0.1:7001  completion tcp://127.0.0.1:7002" in out
+        assert (
+            "application tcp://127.0.0.1:7001  completion tcp://127.0.0.1:7002  "
+            f"security curve {HAND_KEY}  message limit 65536"
+        ) in out
         spot_line = next(line for line in out.splitlines() if line.strip().startswith("room-1"))
         assert f"generation {seen.spot_generation}" in spot_line
         assert "user inspect.Room" in spot_line
@@ -194,6 +202,8 @@ async def test_inspect_json_holds_the_fields_with_generations_as_strings(store_d
             "types": ["inspect.Room"],
             "load": 3,
             "application_version": "2.10.1",
+            "curve_key": HAND_KEY,
+            "max_message_bytes": 65536,
             "version": seen.node_version,
         } == node
         [own] = [node for node in mesh["nodes"] if node["rid"] == seen.host.node_rid.value]
