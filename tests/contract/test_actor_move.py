@@ -15,6 +15,7 @@ import trio.testing
 import zlink_trio as zl
 from tests.contract.early_sender import send_early_after_commit
 from tests.contract.held_commit import hold_the_commit
+from tests.contract.peers import meet
 from zlink_trio._runtime.actors.sealing import seal_actor
 from zlink_trio._runtime.spots.ingress import WAKE
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -201,11 +202,6 @@ def _get(host: TestHost, actor_id: str) -> Any:
     return host.route.request_to_actor(actor_id, Get(), reply_type=Count)
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    with trio.fail_after(10):
-        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
-
-
 async def _sealing(host: TestHost, actor_id: str) -> None:
     """Return once ``host``'s relocation began to seal Actor ``actor_id`` (its hold is set):
     the relocation first waits for its node record to land (RELOC-72), so a test cannot take
@@ -246,7 +242,7 @@ async def test_an_entry_actor_moves_with_its_state_and_generation(store_dsn: str
         ) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         wallet = await source.actors.create("w-1", "amove.Wallet").submit()
         visitor = await source.actors.create("v-1", "amove.Visitor").submit()
         assert wallet.actor_ref is not None
@@ -288,7 +284,7 @@ async def test_what_waited_in_an_actors_queue_runs_on_the_target_in_order(
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         answers: dict[str, Count] = {}
         results: list[zl.RelocationResult] = []
         async with trio.open_nursery() as nursery:
@@ -334,7 +330,7 @@ async def test_what_a_move_relays_to_an_actor_holds_the_targets_job_permits(
             app, dsn=store_dsn, stores=stores, mesh=source.mesh, app_job_queue_size=jobs
         ) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.actors.create("w-16", "amove.Wallet").submit()
         await target.actors.create("other", "amove.Visitor").submit()
         reached, release = hold_the_commit(source)
@@ -394,7 +390,7 @@ async def test_an_actor_turn_that_outlasts_the_deadline_keeps_the_actor_here(
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         answers: dict[str, Count] = {}
         async with trio.open_nursery() as nursery:
             await _stalled(source, "w-7", nursery, answers)
@@ -420,7 +416,7 @@ async def test_an_actor_whose_capture_fails_serves_on_where_it_was(store_dsn: st
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.actors.create("s-1", "amove.Stubborn").submit()
         await source.route.send_to_actor("s-1", Add(4)).submit()
         result = await source.host.relocate(deadline=20.0)
@@ -449,7 +445,7 @@ async def test_an_actors_early_sender_is_not_served_before_the_relay(
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
         trio.open_nursery() as senders,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         after = target.route.send_to_actor("w-3", Mark("after"))
         send_early_after_commit(monkeypatch, target, senders, after.submit)
         await source.actors.create("w-3", "amove.Wallet").submit()
@@ -498,7 +494,7 @@ async def test_a_user_spot_moves_with_its_member_actors(store_dsn: str) -> None:
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         room = await source.spots.get_or_create("room", "amove.Room").submit()
         await source.route.send_to_spot("room", Add(9)).submit()
         created = {}
@@ -567,7 +563,7 @@ async def test_a_per_actor_spot_moves_as_a_shell_then_its_actors_one_by_one(
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         hall = await source.spots.get_or_create("hall", "amove.Hall").submit()
         await source.route.send_to_spot("hall", Add(8)).submit()
         wallets = {}
@@ -622,7 +618,7 @@ async def test_what_moves_here_is_not_seen_by_lookups_before_its_commit(store_ds
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.spots.get_or_create("hall-2", "amove.Hall").submit()
         await source.actors.create("w-9", "amove.Wallet").submit()
         authority = source.host._node.authority
@@ -675,7 +671,7 @@ async def test_a_per_actor_spots_own_timer_stays_behind(store_dsn: str) -> None:
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.spots.get_or_create("hall-3", "amove.Hall").submit()
         await source.route.send_to_spot("hall-3", Stall()).submit()
         await source.route.request_to_spot("hall-3", Get(), reply_type=Count).submit()
@@ -699,7 +695,7 @@ async def test_a_relocated_host_finds_what_lives_elsewhere(store_dsn: str) -> No
         open_test_host(app, dsn=store_dsn, stores=stores) as relocated,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=relocated.mesh) as other,
     ):
-        await _meet(relocated, other)
+        await meet(relocated, other)
         room = await other.spots.get_or_create("room-e", "amove.Room").submit()
         wallet = await other.actors.create("w-e", "amove.Wallet").submit()
         result = await relocated.host.relocate(deadline=5.0)
@@ -730,7 +726,7 @@ async def test_only_relocate_then_shutdown_moves_what_the_host_held(
         open_test_host(app, dsn=store_dsn, stores=stores) as target,
     ):
         async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as source:
-            await _meet(source, target)
+            await meet(source, target)
             await source.spots.get_or_create("s-room", "amove.Room").submit()
             await source.route.send_to_spot("s-room", Add(3)).submit()
             for actor_id in ("s-member", "s-entry"):
@@ -770,7 +766,7 @@ async def test_what_a_host_that_shut_down_held_can_be_made_again_elsewhere(
         open_test_host(app, dsn=store_dsn, stores=stores) as other,
     ):
         async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=other.mesh) as host:
-            await _meet(host, other)
+            await meet(host, other)
             old = await host.spots.get_or_create("g-room", "amove.Room").submit()
             await host.actors.create("g-wallet", "amove.Wallet").submit()
             await host.route.send_to_actor("g-wallet", Add(5)).submit()

@@ -13,7 +13,8 @@ import pytest
 import trio
 
 import zlink_trio as zl
-from zlink_trio.testing import TestHost, open_test_host, open_test_stores
+from tests.contract.peers import meet
+from zlink_trio.testing import open_test_host, open_test_stores
 
 app = zl.Application()
 
@@ -83,11 +84,6 @@ class Failing(Tally, zl.Actor):
     pass
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    with trio.fail_after(10):
-        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
-
-
 def _reports(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         record.getMessage()
@@ -114,7 +110,7 @@ async def test_a_move_over_its_target_is_reported_and_commits_all_the_same(
         ) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.actors.create("a-1", "cut.Slow").submit()
         await source.route.send_to_actor("a-1", Add(7)).submit()
         result = await source.host.relocate(deadline=20.0)
@@ -145,7 +141,7 @@ async def test_a_move_given_up_over_its_target_is_reported_and_serves_on(
         ) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.actors.create("f-1", "cut.Failing").submit()
         await source.route.send_to_actor("f-1", Add(4)).submit()
         result = await source.host.relocate(deadline=20.0)

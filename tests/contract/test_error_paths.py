@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import attrs
 import pytest
-import trio
 
 import zlink_trio as zl
+from tests.contract.peers import meet
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -46,11 +46,6 @@ class Desk(zl.Spot):
         raise ValueError("seats must be positive")  # an argument error in the owner's process
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    with trio.fail_after(10):
-        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
-
-
 def _sent(caller: TestHost, owner: TestHost) -> int:
     """Messages ``caller``'s transport has sent ``owner`` so far."""
     remote = caller.host._tree.remote
@@ -69,7 +64,7 @@ async def test_an_argument_error_stays_in_the_process_that_made_it(store_dsn: st
         open_test_host(app, dsn=store_dsn, stores=stores) as owner,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=owner.mesh) as caller,
     ):
-        await _meet(caller, owner)
+        await meet(caller, owner)
         await owner.spots.get_or_create("d-1", "paths.Desk").submit()
         answer = await caller.route.request_to_spot("d-1", Book(2), reply_type=Refusal).submit()
         assert Refusal("no room for 2") == answer  # the route to the owner is up
@@ -97,7 +92,7 @@ async def test_an_application_refusal_is_the_callers_reply_local_or_remote(
         open_test_host(app, dsn=store_dsn, stores=stores) as owner,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=owner.mesh) as caller,
     ):
-        await _meet(caller, owner)
+        await meet(caller, owner)
         await owner.spots.get_or_create("d-2", "paths.Desk").submit()
         for host in (owner, caller):
             answer = await host.route.request_to_spot("d-2", Book(9), reply_type=Refusal).submit()

@@ -21,6 +21,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.contract.peers import meet
 from zlink_trio._runtime.declarations.system import RelocateAnswer
 from zlink_trio._runtime.routing import inbound
 from zlink_trio._runtime.routing.remote import Remote
@@ -101,12 +102,6 @@ def _remote(host: TestHost) -> Remote:
     return remote
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    membership: Any = one.host._tree.membership
-    with trio.fail_after(10):
-        await membership.wait_for_peer(other.node_rid)
-
-
 async def _get(host: TestHost) -> Seen:
     seen = await host.route.request_to_spot("c-1", Get(), reply_type=Seen).submit()
     assert isinstance(seen, Seen)
@@ -142,7 +137,7 @@ async def _stale_caller(store_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Asyn
         ) as source,
     ):
         for one, other in ((source, target), (caller, source), (source, caller)):
-            await _meet(one, other)
+            await meet(one, other)
         await source.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
         assert (1,) == (await _get(source)).added  # Ready, its record written
         await caller.route.send_to_spot("c-1", Add(2)).submit()

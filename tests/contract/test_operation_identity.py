@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.contract.peers import meet
 from zlink_trio._wire import OperationId, ReplyRouteId, Request
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
@@ -45,12 +46,6 @@ def ask(host: TestHost, text: str) -> Any:
     """A request from ``host`` to the Echo Spot ``SPOT``, ready to submit."""
     call = host.route.request_to_spot(SPOT, Ask(text), reply_type=Answer)
     return call.instance_spot("opid.Echo")
-
-
-async def _meet(one: TestHost, other: TestHost) -> None:
-    membership: Any = one.host._tree.membership
-    with trio.fail_after(10):
-        await membership.wait_for_peer(other.node_rid)
 
 
 def _requests(host: TestHost) -> list[Request]:
@@ -90,7 +85,7 @@ async def test_a_request_carries_its_operation_id_and_reply_route_apart_and_hidd
         open_test_host(app, dsn=store_dsn, stores=stores) as owner,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=owner.mesh) as caller,
     ):
-        await _meet(caller, owner)
+        await meet(caller, owner)
         await ask(owner, "here").submit()  # the Spot lives on the owner
         seen = _requests(owner)
         contexts.clear()

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.contract.peers import meet
 from zlink_trio._runtime.routing import inbound
 from zlink_trio._wire import OperationId, Request, Send
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -68,11 +69,6 @@ METADATA = (("trace", "a"), ("trace", "b"), ("tenant", "t-1"))
 """A key that repeats (WIRE-15): a relay that went through a dict would lose one of them."""
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    with trio.fail_after(10):
-        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
-
-
 @contextlib.asynccontextmanager
 async def _three_hosts(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost, TestHost]]:
     """A source, a target and a caller of one mesh, each seeing the source."""
@@ -82,8 +78,8 @@ async def _three_hosts(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as caller,
     ):
-        await _meet(source, target)
-        await _meet(caller, source)
+        await meet(source, target)
+        await meet(caller, source)
         yield source, target, caller
 
 

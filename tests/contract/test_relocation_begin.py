@@ -19,7 +19,8 @@ import pytest
 import trio
 
 import zlink_trio as zl
-from tests.contract.test_spot_move import Add, _meet, app
+from tests.contract.peers import meet
+from tests.contract.test_spot_move import Add, app
 from zlink_trio._integration.store import Batch, Changed, ChangeSubscription, Put, Stores
 from zlink_trio._runtime.host import moving
 from zlink_trio._runtime.ownership.node_record import RELOCATING, PeerChanged
@@ -92,8 +93,8 @@ async def _a_counter_to_move(
         ) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
-        await _meet(target, source)
+        await meet(source, target)
+        await meet(target, source)
         await source.route.send_to_spot("c-1", Add(5)).instance_spot("move.Counter").submit()
         yield source, target, stores
 
@@ -177,7 +178,7 @@ async def test_the_collector_is_paused_while_units_move_and_back_on_after(store_
         open_test_host(gc_app, dsn=store_dsn, stores=stores) as source,
         open_test_host(gc_app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         for spot_id in ("t-1", "t-2"):
             await source.route.send_to_spot(spot_id, Bump()).instance_spot("gcmove.Tally").submit()
         result = await source.host.relocate(deadline=20.0)

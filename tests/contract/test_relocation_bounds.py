@@ -16,6 +16,7 @@ import trio
 
 import zlink_trio as zl
 from tests.contract.held_commit import hold_the_commit
+from tests.contract.peers import meet
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -134,11 +135,6 @@ class Signalled(zl.Spot):
 COUNTER = "bounds.Counter"
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    with trio.fail_after(10):
-        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
-
-
 def _held(host: TestHost, spot_id: str) -> int:
     """How many messages wait in the seal of ``spot_id`` on ``host``."""
     activation = host.host._tree.spots.activations[zl.SpotId(spot_id)]  # type: ignore[union-attr]
@@ -195,8 +191,8 @@ async def test_a_held_move_takes_in_far_more_than_any_queue_bound_and_loses_noth
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh, **bounded) as target,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh, **bounded) as caller,
     ):
-        await _meet(source, target)
-        await _meet(caller, source)
+        await meet(source, target)
+        await meet(caller, source)
         await source.route.send_to_spot("c-1", Add(1)).instance_spot(COUNTER).submit()
         parked = _parked(source)
         answers: list[Count] = []
@@ -259,7 +255,7 @@ async def test_a_unit_restored_on_its_target_takes_in_any_amount_before_it_opens
             app, dsn=store_dsn, stores=stores, mesh=source.mesh, mailbox_limit=MAILBOX
         ) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.route.send_to_spot("c-5", Add(1)).instance_spot(COUNTER).submit()
         answers: list[Count] = []
         refused: list[zl.ZLinkError] = []
@@ -314,7 +310,7 @@ async def test_what_a_move_relays_holds_the_targets_job_permits(store_dsn: str) 
             app, dsn=store_dsn, stores=stores, mesh=source.mesh, app_job_queue_size=MAILBOX
         ) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.route.send_to_spot("c-4", Add(1)).instance_spot(COUNTER).submit()
         await target.route.send_to_spot("other", Add(1)).instance_spot(COUNTER).submit()
         reached, release = hold_the_commit(source)
@@ -368,7 +364,7 @@ async def test_what_waits_at_a_seal_keeps_its_deadline_cancellation_and_message_
             app, dsn=store_dsn, stores=stores, mesh=source.mesh, max_message_bytes=1024
         ) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.route.send_to_spot("c-2", Add(1)).instance_spot(COUNTER).submit()
         big = bytes(100_000)  # over the target's limit with any frame headroom
         outcomes_of_big: list[zl.ErrorKind | Count] = []

@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.contract.peers import meet
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -182,11 +183,6 @@ class Player(zl.Actor):
         return Count(0, f"{self.context.ref.node_rid.value} {self.context.spot_id.value}")
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    with trio.fail_after(10):
-        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
-
-
 async def _waiting_for_boundary(host: TestHost, spot_id: str) -> None:
     """Return once ``host``'s relocation waits for Spot ``spot_id``'s next boundary."""
     activation = host.host._tree.spots.activations[zl.SpotId(spot_id)]  # type: ignore[union-attr]
@@ -203,7 +199,7 @@ async def _two_hosts(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost]]
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         yield source, target
 
 

@@ -13,7 +13,8 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
-from tests.contract.test_operation_identity import _meet, _requests
+from tests.contract.peers import meet
+from tests.contract.test_operation_identity import _requests
 from zlink_trio._integration.transport.mesh import LATE_REPLY
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
@@ -134,7 +135,7 @@ async def test_the_answer_of_a_started_request_needs_no_job_permit(store_dsn: st
         open_test_host(app, dsn=store_dsn, stores=stores, app_job_queue_size=2) as owner,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=owner.mesh) as caller,
     ):
-        await _meet(caller, owner)
+        await meet(caller, owner)
         await ask(owner, "here").submit()  # the Spot lives on the owner
         answers: list[Answer] = []
         answered = trio.Event()
@@ -178,7 +179,7 @@ async def test_a_request_whose_caller_stopped_waiting_still_runs_and_is_sent_onc
         open_test_host(app, dsn=store_dsn, stores=stores) as owner,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=owner.mesh) as caller,
     ):
-        await _meet(caller, owner)
+        await meet(caller, owner)
         await ask(owner, "here").submit()  # the Spot lives on the owner
         seen = _requests(owner)
         remote = caller.host._tree.remote

@@ -22,7 +22,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
-from tests.contract.test_operation_identity import _meet
+from tests.contract.peers import meet
 from zlink_trio.testing import TestHost, VirtualClock, open_test_host, open_test_mesh
 
 app = zl.Application()
@@ -220,7 +220,7 @@ async def _paused_send(sender: TestHost, owner: TestHost) -> Caller:
     """The Spot ``t`` on ``owner``, known to ``sender``, which holds a ``zlink.Pause`` for it
     (what its reader does with the owner's word, credit.py Rule 1); a send to it from
     ``sender``."""
-    await _meet(sender, owner)
+    await meet(sender, owner)
     await owner.spots.get_or_create("t", "shield.Room").submit()
     await sender.route.send_to_spot("t", Note(1)).submit()  # the route and the owner are known
     await owner.wait_quiet()
@@ -377,7 +377,7 @@ async def test_a_cancelled_send_whose_owner_is_being_read_is_still_sent(
     async with open_test_mesh(app, hosts=2, dsn=store_dsn) as mesh:
         sender, owner = mesh[0], mesh[1]
         with trio.fail_after(30):
-            await _meet(sender, owner)
+            await meet(sender, owner)
             if to_actor:
                 await owner.actors.create("t", "shield.Player").submit()
             else:

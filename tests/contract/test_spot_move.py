@@ -16,6 +16,7 @@ import trio.testing
 
 import zlink_trio as zl
 from tests.contract.early_sender import send_early_after_commit
+from tests.contract.peers import meet
 from zlink_trio._integration.store import Applied, Batch, Found
 from zlink_trio._runtime.declarations.system import RelocateAnswer, RelocateCommit
 from zlink_trio._runtime.host import tree
@@ -127,11 +128,6 @@ def _get(host: TestHost, spot_id: str, instance: bool = True) -> zl.SpotRequestC
     return call.instance_spot("move.Counter") if instance else call
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    with trio.fail_after(10):
-        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
-
-
 async def _sealing(host: TestHost, spot_id: str) -> None:
     """Return once ``host``'s relocation began to seal Spot ``spot_id`` (its hold is set): the
     relocation first waits for its node record to land (RELOC-72), so a test cannot take
@@ -173,7 +169,7 @@ async def test_a_spot_moves_with_its_state_and_generation(store_dsn: str) -> Non
         ) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         sent: list[str] = []
         source.host._node.set_trace(sent.append)
         for amount in (5, 6, 7):
@@ -219,7 +215,7 @@ async def test_what_waited_at_the_seal_is_answered_from_the_target_in_order(
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         answers: dict[str, Count] = {}
         async with trio.open_nursery() as nursery:
 
@@ -254,7 +250,7 @@ async def test_a_turn_that_outlasts_the_deadline_keeps_the_spot_serving_here(
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         answers: dict[str, Count] = {}
         async with trio.open_nursery() as nursery:
             await _stalled(source, "c-9", nursery, answers)
@@ -281,7 +277,7 @@ async def test_a_move_that_fails_after_another_committed_keeps_both_where_they_a
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.spots.get_or_create("a-room", "move.Room").submit()
         await source.spots.get_or_create("b-stubborn", "move.Stubborn").submit()
         await source.route.send_to_spot("b-stubborn", Add(4)).submit()
@@ -308,8 +304,8 @@ async def test_what_reaches_the_old_owner_after_the_move_is_relayed(store_dsn: s
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as caller,
     ):
-        await _meet(source, target)
-        await _meet(caller, source)
+        await meet(source, target)
+        await meet(caller, source)
         await source.route.send_to_spot("c-3", Add(2)).instance_spot("move.Counter").submit()
         result = await source.host.relocate(deadline=20.0)
         assert zl.RelocationOutcome.RELOCATED == result.outcome, result
@@ -373,7 +369,7 @@ async def test_a_commit_whose_answer_is_lost_is_settled_by_reading_until_known(
             ) as source,
             open_test_host(app, dsn=store_dsn, stores=real, mesh=mesh) as target,
         ):
-            await _meet(source, target)
+            await meet(source, target)
             await source.route.send_to_spot("c-4", Add(9)).instance_spot("move.Counter").submit()
             assert Count(9, source.node_rid.value) == await _get(source, "c-4").submit()
             faulty.armed = True  # the Spot is Ready: the next write of its record is the move's
@@ -400,7 +396,7 @@ async def test_a_sender_that_learns_the_new_owner_early_is_not_served_before_the
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
         trio.open_nursery() as senders,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         after = target.route.send_to_spot("c-3", Mark("after"))
         send_early_after_commit(monkeypatch, target, senders, after.submit)
         call = source.route.send_to_spot("c-3", Mark("first")).instance_spot("move.Counter")
@@ -450,7 +446,7 @@ async def test_the_commit_the_relay_and_the_open_travel_together_and_are_taken_i
         open_test_host(app, dsn=store_dsn, stores=stores, request_timeout=30) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         names = []
         reader = target.host._tree.remote.mesh._application_inbound  # type: ignore[union-attr]
         deliver = reader._deliver
@@ -520,7 +516,7 @@ async def test_a_commit_with_no_move_of_its_unit_under_way_is_dropped(
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await target.route.send_to_spot("c-9", Add(1)).instance_spot("move.Counter").submit()
         remote = source.host._tree.remote
         assert remote is not None
@@ -552,7 +548,7 @@ async def test_a_unit_whose_source_never_says_open_opens_after_the_request_timeo
             app, dsn=store_dsn, stores=stores, mesh=source.mesh, request_timeout=0.5
         ) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
         arrivals.open = lambda source_rid, spot: RelocateAnswer(True)  # the word is lost
         await source.route.send_to_spot("c-4", Add(2)).instance_spot("move.Counter").submit()
@@ -575,7 +571,7 @@ async def test_a_move_commits_although_the_sources_node_record_was_renewed_meanw
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.route.send_to_spot("c-5", Add(3)).instance_spot("move.Counter").submit()
         authority = source.host._node.authority
         hand_over = authority.hand_over
@@ -610,7 +606,7 @@ async def test_a_target_that_never_hears_the_commit_reads_it_from_the_store(
             app, dsn=store_dsn, stores=stores, mesh=source.mesh, request_timeout=0.5
         ) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
 
         def lose_the_commit(source_rid: Any, spot: Any, message: Any) -> Any:
@@ -642,8 +638,8 @@ async def test_a_target_drops_a_restored_unit_whose_source_is_gone(store_dsn: st
         ) as target,
     ):
         async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as source:
-            await _meet(source, target)
-            await _meet(target, source)
+            await meet(source, target)
+            await meet(target, source)
             await source.route.send_to_spot("c-7", Add(7)).instance_spot("move.Counter").submit()
             authority = source.host._node.authority
             restored = trio.Event()
@@ -704,8 +700,8 @@ async def test_relocate_and_shutdown_relays_stale_routes_before_it_stops(
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as caller,
     ):
         async with open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as source:
-            await _meet(source, target)
-            await _meet(caller, source)
+            await meet(source, target)
+            await meet(caller, source)
             await source.route.send_to_spot("c-9", Add(1)).instance_spot("move.Counter").submit()
             statuses = source.host.observe()
             async with trio.open_nursery() as nursery:
@@ -741,8 +737,8 @@ async def test_a_relocated_hosts_shutdown_waits_for_the_answer_of_a_request_it_r
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as caller,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=target.mesh) as source,
     ):
-        await _meet(source, target)
-        await _meet(caller, source)
+        await meet(source, target)
+        await meet(caller, source)
         await source.route.send_to_spot("c-7", Add(1)).instance_spot("move.Counter").submit()
         assert (await source.host.relocate()).relocated
         remote = caller.host._tree.remote  # type: ignore[union-attr]
@@ -803,7 +799,7 @@ async def test_a_relocation_seals_its_first_unit_once_its_record_says_relocating
             return await capture(self, spot)
 
         monkeypatch.setattr(CounterState, "capture", looking)
-        await _meet(source, target)
+        await meet(source, target)
         await source.route.send_to_spot("c-3", Add(1)).instance_spot("move.Counter").submit()
         blocker = await stores.database.begin(isolation="read_committed")
         try:

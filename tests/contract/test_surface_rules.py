@@ -19,6 +19,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.contract.peers import meet
 from zlink_trio._integration.store import Found, Stores
 from zlink_trio._runtime.routing.inbound import Inbound
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -72,13 +73,6 @@ class CallerRoom(zl.Spot):
         return CallerNoted(f"{type(self).__name__} got {type(msg).__name__} {msg.text}")
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    membership = one.host._tree.membership
-    assert membership is not None
-    with trio.fail_after(10):
-        await membership.wait_for_peer(other.node_rid, other.node_generation)
-
-
 @asynccontextmanager
 async def _owner_and_caller(store_dsn: str) -> AsyncIterator[tuple[Stores, TestHost, TestHost]]:
     """A host of ``owner_app`` and one of ``caller_app`` in one mesh, each a peer of the other."""
@@ -87,8 +81,8 @@ async def _owner_and_caller(store_dsn: str) -> AsyncIterator[tuple[Stores, TestH
         open_test_host(owner_app, dsn=store_dsn, stores=stores) as owner,
         open_test_host(caller_app, dsn=store_dsn, stores=stores, mesh=owner.mesh) as caller,
     ):
-        await _meet(owner, caller)
-        await _meet(caller, owner)
+        await meet(owner, caller)
+        await meet(caller, owner)
         yield stores, owner, caller
 
 
@@ -208,8 +202,8 @@ async def test_a_late_reply_to_the_previous_run_never_completes_a_call_of_the_ne
             async with open_test_host(
                 desk_app, dsn=store_dsn, stores=stores, mesh=mesh, node_rid=rid
             ) as before:
-                await _meet(before, server)
-                await _meet(server, before)
+                await meet(before, server)
+                await meet(server, before)
                 await call(before, "ping")  # the same calls in the same order in both runs
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(call, before, "old")
@@ -218,8 +212,8 @@ async def test_a_late_reply_to_the_previous_run_never_completes_a_call_of_the_ne
             async with open_test_host(
                 desk_app, dsn=store_dsn, stores=stores, mesh=mesh, node_rid=rid
             ) as after:
-                await _meet(after, server)
-                await _meet(server, after)
+                await meet(after, server)
+                await meet(server, after)
                 await call(after, "ping")
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(call, after, "new")

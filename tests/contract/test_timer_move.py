@@ -13,7 +13,8 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
-from zlink_trio.testing import TestHost, open_test_host, open_test_stores
+from tests.contract.peers import meet
+from zlink_trio.testing import open_test_host, open_test_stores
 
 app = zl.Application()
 INTERVAL = 0.02
@@ -63,11 +64,6 @@ class Metronome(zl.InstanceSpot):
             await beats.release.wait()
 
 
-async def _meet(one: TestHost, other: TestHost) -> None:
-    with trio.fail_after(10):
-        await one.host._tree.membership.wait_for_peer(other.node_rid)  # type: ignore[union-attr]
-
-
 @pytest.mark.spec("TIMER-15", "TIMER-16", "TIMER-17")
 async def test_a_timer_goes_on_on_the_target_with_its_numbers(store_dsn: str) -> None:
     """The Metronome ticks on the source; tick 4 is running when the relocation seals it and
@@ -82,7 +78,7 @@ async def test_a_timer_goes_on_on_the_target_with_its_numbers(store_dsn: str) ->
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
         open_test_host(app, dsn=store_dsn, stores=stores, mesh=source.mesh) as target,
     ):
-        await _meet(source, target)
+        await meet(source, target)
         await source.route.send_to_spot("m-1", Start()).instance_spot("tmove.Metronome").submit()
         await beats.holding.wait()
         results: list[zl.RelocationResult] = []
