@@ -23,6 +23,7 @@ import trio.testing
 
 import zlink_trio as zl
 from tests.contract.peers import meet
+from zlink_trio._runtime.declarations.system import Flush
 from zlink_trio.testing import TestHost, VirtualClock, open_test_host, open_test_mesh
 
 app = zl.Application()
@@ -387,6 +388,54 @@ async def test_a_cancelled_send_whose_owner_is_being_read_is_still_sent(
             caller = Caller(send("t", Note(2)))
             async with trio.open_nursery() as nursery:
                 await caller.cancel_while_waiting(nursery, reading.is_set)
+                go.set()
+            assert ["admitted", "cancelled"] == caller.seen
+            await mesh.wait_quiet()
+    assert [2] == noted
+
+
+def _held_flushes(host: TestHost) -> tuple[trio.Event, trio.Event]:
+    """From now on each ``zlink.Flush`` ``host`` sends a peer (the flush of a changed route)
+    waits, once begun (the first event), until the second event is set: an injected slow old
+    owner."""
+    remote: Any = host.host._tree.remote
+    request = remote.request
+    flushing, go = trio.Event(), trio.Event()
+
+    async def held(owner: object, target: object, message: object, *args: Any, **kw: Any) -> Any:
+        if isinstance(message, Flush):
+            flushing.set()
+            await go.wait()
+        return await request(owner, target, message, *args, **kw)
+
+    remote.request = held
+    return flushing, go
+
+
+@pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
+@pytest.mark.spec("CMP-7.11", "CMP-7.2", "DEC-1")
+async def test_a_cancelled_send_flushing_its_old_route_is_still_admitted(
+    store_dsn: str, to_actor: bool
+) -> None:
+    """A Spot or Actor that is here now, whose owner the sender's cache forgot on a store change
+    (as after a move here, RELOC-70): the send first flushes the route to the old owner; its
+    caller's scope cancelled during that flush, the send goes on and is admitted and handled
+    here, and the caller sees the cancellation only after submit() returned."""
+    async with open_test_mesh(app, hosts=2, dsn=store_dsn) as mesh:
+        sender, old_owner = mesh[0], mesh[1]
+        with trio.fail_after(30):
+            await meet(sender, old_owner)
+            if to_actor:
+                await sender.actors.create("t", "shield.Player").submit()
+            else:
+                await sender.spots.get_or_create("t", "shield.Room").submit()
+            target = zl.ActorId("t") if to_actor else zl.SpotId("t")
+            sender.host._messaging.reroutes.forgot(target, old_owner.node_rid)
+            flushing, go = _held_flushes(sender)
+            send = sender.route.send_to_actor if to_actor else sender.route.send_to_spot
+            caller = Caller(send("t", Note(2)))
+            async with trio.open_nursery() as nursery:
+                await caller.cancel_while_waiting(nursery, flushing.is_set)
                 go.set()
             assert ["admitted", "cancelled"] == caller.seen
             await mesh.wait_quiet()
