@@ -303,6 +303,20 @@ async def test_an_unreachable_store_is_one_line_and_status_1() -> None:
 
 
 @pytest.mark.spec("INSPECT-6")
+async def test_a_dsn_that_is_no_postgresql_url_is_named_as_such() -> None:
+    """A DSN without the postgresql:// scheme: one line saying so (not a made-up host and
+    database read out of it), exit 1."""
+    done = await run_cli("store", "inspect", "--dsn", "not a dsn")
+    out, err = _text(done)
+    assert 1 == done.returncode
+    assert 1 == len(err.strip().splitlines()), err
+    assert err.startswith(
+        "zlink-trio store inspect: cannot read a DSN that is not a postgresql:// URL: "
+    ), err
+    assert "" == out
+
+
+@pytest.mark.spec("INSPECT-6")
 @pytest.mark.parametrize(
     "args",
     [

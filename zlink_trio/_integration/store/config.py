@@ -140,6 +140,8 @@ def describe_dsn(dsn: str) -> str:
         port = parts.port
     except ValueError:
         return "an unparsable DSN"
+    if parts.scheme not in ("postgresql", "postgres"):
+        return "a DSN that is not a postgresql:// URL"
     host = parts.hostname or ""
     if not host:
         query = dict(item.partition("=")[::2] for item in parts.query.split("&") if item)
