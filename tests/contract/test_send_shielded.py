@@ -14,7 +14,7 @@ returned) or by its host's shutdown (``SHUTTING_DOWN``) or its owner's departure
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import pytest
@@ -42,6 +42,7 @@ def reset() -> None:
     """Fresh events and records for each test (each runs its own Trio loop)."""
     Gate.entered, Gate.release = trio.Event(), trio.Event()
     Lodge.closing, Lodge.left = trio.Event(), trio.Event()
+    Lodge.again_seen = []
     noted.clear()
 
 
@@ -73,6 +74,12 @@ class Leave:
     stuck: bool
 
 
+@app.message("shield.Again")
+@attrs.frozen
+class Again:
+    """Close the Lodge, then send its next incarnation ``Note(4)`` from the closing turn."""
+
+
 @app.instance_spot("shield.Lodge")
 class Lodge(zl.InstanceSpot):
     @zl.packet_handler(Note)
@@ -88,8 +95,20 @@ class Lodge(zl.InstanceSpot):
         Lodge.left.set()
         await Gate.release.wait()
 
+    @zl.packet_handler(Again)
+    async def again(self, msg: Again) -> None:
+        await self.context.close()
+        call = self.context.route.send_to_spot(self.context.spot_id, Note(4))
+        try:
+            await call.instance_spot("shield.Lodge").submit()
+        except zl.ZLinkError as error:
+            Lodge.again_seen.append(error.kind.name)
+        else:
+            Lodge.again_seen.append("admitted")
+
     closing = trio.Event()
     left = trio.Event()
+    again_seen: ClassVar[list[str]] = []
 
 
 @app.actor("shield.Player")
@@ -440,3 +459,22 @@ async def test_a_cancelled_send_flushing_its_old_route_is_still_admitted(
             assert ["admitted", "cancelled"] == caller.seen
             await mesh.wait_quiet()
     assert [2] == noted
+
+
+@pytest.mark.spec("CMP-7.12", "DEC-32")
+async def test_a_closing_turn_sending_to_its_own_next_incarnation_is_unavailable_at_once(
+    store_dsn: str,
+) -> None:
+    """An Instance Spot that closes itself and, in the same turn, sends with instance_spot() to
+    its own id: the next incarnation can start only after this turn, so the send ends
+    UNAVAILABLE at once instead of waiting (virtual time stands still, so any wait would be
+    for good); the Spot then closes and nothing of the send is handled."""
+    clock = VirtualClock()
+    clock.settle = trio.testing.wait_all_tasks_blocked
+    async with open_test_host(app, dsn=store_dsn, clock=clock) as host:
+        with trio.fail_after(20):
+            await host.route.send_to_spot("i", Again()).instance_spot("shield.Lodge").submit()
+            while not Lodge.again_seen:  # noqa: ASYNC110  # the turn runs on the host's tasks
+                await trio.sleep(0.01)
+    assert ["UNAVAILABLE"] == Lodge.again_seen
+    assert 4 not in noted

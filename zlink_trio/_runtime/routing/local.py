@@ -40,6 +40,8 @@ overdue: its closing deadline cut its turns, and ``store_release_timeout`` after
 should be gone. A closing incarnation still there then has a turn stuck in a shielded wait of
 its own, perhaps for room in the very sender's queue, which only the sender's end would make:
 the send ends ``UNAVAILABLE`` (CMP-7.12) rather than wait with it until the host shuts down.
+A send from a turn of that closing incarnation itself (or one holding its gate) ends
+``UNAVAILABLE`` at once: its close waits for that turn (as Rule 4 says of a queue).
 """
 
 from __future__ import annotations
@@ -288,6 +290,11 @@ async def outlive(
     names has ended; ``deadline`` is a request's, ``math.inf`` for a send."""
     until = deadline
     if deadline == math.inf and isinstance(found, Activation):
+        if served_by_caller(found):  # its close waits for the very turn that would wait
+            raise ZLinkError(
+                ErrorKind.UNAVAILABLE,
+                f"Spot {spot_id} is closing; its next incarnation cannot start during its turn",
+            )
         until = found.closing_deadline + node.config.store_release_timeout
     with node.clock.scope_until(until):
         await (found.closed if isinstance(found, Activation) else found).wait()
