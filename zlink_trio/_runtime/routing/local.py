@@ -41,7 +41,8 @@ should be gone. A closing incarnation still there then has a turn stuck in a shi
 its own, perhaps for room in the very sender's queue, which only the sender's end would make:
 the send ends ``UNAVAILABLE`` (CMP-7.12) rather than wait with it until the host shuts down.
 A send from a turn of that closing incarnation itself (or one holding its gate) ends
-``UNAVAILABLE`` at once: its close waits for that turn (as Rule 4 says of a queue).
+``UNAVAILABLE`` at once: its close waits for that turn (as Rule 4 says of a queue); so does a
+send from a User Spot's own start-up (``on_create``, ``on_initialize``) to the Spot it creates.
 """
 
 from __future__ import annotations
@@ -289,6 +290,14 @@ async def outlive(
     """Rule 6: wait until the closing incarnation ``found`` has closed, or the creation it
     names has ended; ``deadline`` is a request's, ``math.inf`` for a send."""
     until = deadline
+    turn = current_turn()
+    if deadline == math.inf and turn is not None and isinstance(found, trio.Event):
+        creating = turn.spot
+        if isinstance(creating, Activation) and creating.spot_id == spot_id:
+            raise ZLinkError(  # its creation waits for the very turn that would wait
+                ErrorKind.UNAVAILABLE,
+                f"Spot {spot_id} is being created; it takes no message from its own start-up",
+            )
     if deadline == math.inf and isinstance(found, Activation):
         if served_by_caller(found):  # its close waits for the very turn that would wait
             raise ZLinkError(

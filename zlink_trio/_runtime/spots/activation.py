@@ -456,7 +456,7 @@ class Activation(SpotIngress):
         cls: Any = self.spot_type.cls
         response = SpotCreateResponse.accept()
         await self.gate.acquire()
-        token = enter_turn(Turn(self.shared_gate))
+        token = enter_turn(Turn(self.shared_gate, spot=self))  # on_create, on_initialize
         try:
             await node.fence.wait_serving()
             if not node.admitting:
