@@ -43,6 +43,7 @@ def reset() -> None:
     Gate.entered, Gate.release = trio.Event(), trio.Event()
     Lodge.closing, Lodge.left = trio.Event(), trio.Event()
     Lodge.again_seen = []
+    Starter.starting = trio.Event()
     noted.clear()
 
 
@@ -109,6 +110,17 @@ class Lodge(zl.InstanceSpot):
     closing = trio.Event()
     left = trio.Event()
     again_seen: ClassVar[list[str]] = []
+
+
+@app.user_spot("shield.Starter")
+class Starter(zl.Spot):
+    """Its start-up sends to the Room ``r`` (which may wait for room) before it is Ready."""
+
+    starting = trio.Event()
+
+    async def on_initialize(self) -> None:
+        Starter.starting.set()
+        await self.context.route.send_to_spot("r", Note(6)).submit()
 
 
 @app.actor("shield.Player")
@@ -478,3 +490,49 @@ async def test_a_closing_turn_sending_to_its_own_next_incarnation_is_unavailable
                 await trio.sleep(0.01)
     assert ["UNAVAILABLE"] == Lodge.again_seen
     assert 4 not in noted
+
+
+@pytest.mark.spec("CMP-7.12", "CMP-7.11", "SPOT-90")
+async def test_a_send_waiting_for_a_creation_that_is_overdue_is_unavailable(
+    store_dsn: str,
+) -> None:
+    """A User Spot's on_initialize is stuck in a shielded send to a full queue, so its creation's
+    deadline cannot end it: a send to that Spot, its caller's scope cancelled, waits for the
+    creation and ends UNAVAILABLE once the creation is overdue (its deadline and
+    store_release_timeout passed), while the start-up still waits; nothing of it is handled."""
+    clock = VirtualClock()
+    clock.settle = trio.testing.wait_all_tasks_blocked  # not wait_quiet: a start-up stays stuck
+    config = {"request_timeout": 2.0, "mailbox_limit": 1}
+    creating: list[str] = []
+
+    async def create(host: TestHost) -> None:
+        try:
+            await host.spots.get_or_create("a", "shield.Starter").submit()
+            creating.append("created")
+        except zl.ZLinkError as error:
+            creating.append(error.kind.name)
+
+    async with open_test_host(app, dsn=store_dsn, clock=clock, **config) as host:
+        with trio.fail_after(30):
+            send = host.route.send_to_spot
+            await host.spots.get_or_create("r", "shield.Room").submit()
+            await send("r", Note(BLOCKING)).submit()
+            await Gate.entered.wait()
+            await send("r", Note(1)).submit()  # r's mailbox (limit 1) is full now
+            overdue = clock.now() + 2.0 + zl.HostConfig("m", **config).store_release_timeout
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(create, host)
+                await Starter.starting.wait()
+                caller = Caller(send("a", Note(2)))
+                await caller.cancel_while_waiting(nursery)
+                await clock.advance_to(overdue - 0.5)  # the creation's deadline passed, not more
+                assert [] == caller.seen
+                await clock.advance_to(overdue)
+                ended = await caller.ended(10)
+                assert [] == creating  # the start-up still waits for room in r
+                Gate.release.set()
+            await host.wait_quiet()
+    assert ["UNAVAILABLE"] == ended
+    assert ["DEADLINE_EXCEEDED"] == creating
+    assert 2 not in noted
+    assert [0, 1, 6] == noted  # r's turns, then the start-up's send once r had room

@@ -35,11 +35,12 @@ and what it holds keeps its permit, so the job queue's reservation applies to it
 runs here (a move given up) and the permit is given back when it is relayed away.
 Rule 6: a call that finds its Instance Spot's incarnation closing, or a User Spot of this host
 being created, waits for it (``outlive``): a request within its deadline; a one-way send,
-shielded by its caller (messaging.py Rule 1), until the closing incarnation's release is
-overdue: its closing deadline cut its turns, and ``store_release_timeout`` after it the record
-should be gone. A closing incarnation still there then has a turn stuck in a shielded wait of
-its own, perhaps for room in the very sender's queue, which only the sender's end would make:
-the send ends ``UNAVAILABLE`` (CMP-7.12) rather than wait with it until the host shuts down.
+shielded by its caller (messaging.py Rule 1), until the closing incarnation's release, or the
+creation, is overdue: the closing deadline cut the incarnation's turns (the creation's
+deadline cancelled it), and ``store_release_timeout`` after it the record should be settled.
+One still under way then has a turn stuck in a shielded wait of its own, perhaps for the very
+sender (room in its queue, its own creation): the send ends ``UNAVAILABLE`` (CMP-7.12) rather
+than wait with it until the host shuts down.
 A send from a turn of that closing incarnation itself (or one holding its gate) ends
 ``UNAVAILABLE`` at once: its close waits for that turn (as Rule 4 says of a queue); so does a
 send from a User Spot's own start-up (``on_create``, ``on_initialize``) to the Spot it creates.
@@ -285,19 +286,24 @@ async def _settle(node: LocalNode, entry: PendingCall, deadline: float) -> objec
 
 
 async def outlive(
-    node: LocalNode, spot_id: SpotId, found: Activation | trio.Event, deadline: float
+    spots: SpotCatalog[Activation],
+    spot_id: SpotId,
+    found: Activation | trio.Event,
+    deadline: float,
 ) -> None:
     """Rule 6: wait until the closing incarnation ``found`` has closed, or the creation it
     names has ended; ``deadline`` is a request's, ``math.inf`` for a send."""
+    node = spots.node
     until = deadline
-    turn = current_turn()
-    if deadline == math.inf and turn is not None and isinstance(found, trio.Event):
-        creating = turn.spot
+    if deadline == math.inf and isinstance(found, trio.Event):
+        turn = current_turn()
+        creating = None if turn is None else turn.spot
         if isinstance(creating, Activation) and creating.spot_id == spot_id:
             raise ZLinkError(  # its creation waits for the very turn that would wait
                 ErrorKind.UNAVAILABLE,
                 f"Spot {spot_id} is being created; it takes no message from its own start-up",
             )
+        until = spots.creating_until.get(spot_id, math.inf) + node.config.store_release_timeout
     if deadline == math.inf and isinstance(found, Activation):
         if served_by_caller(found):  # its close waits for the very turn that would wait
             raise ZLinkError(
@@ -309,7 +315,8 @@ async def outlive(
         await (found.closed if isinstance(found, Activation) else found).wait()
         return
     if deadline == math.inf:
-        raise ZLinkError(ErrorKind.UNAVAILABLE, f"Spot {spot_id} is still closing (overdue)")
+        doing = "closing" if isinstance(found, Activation) else "being created"
+        raise ZLinkError(ErrorKind.UNAVAILABLE, f"Spot {spot_id} is still {doing} (overdue)")
     raise deadline_error(spot_id)
 
 

@@ -281,7 +281,7 @@ class Messaging:
             if isinstance(found, tuple):
                 return found
             if isinstance(found, Activation | trio.Event):
-                await outlive(self.node, spot_id, found, deadline)  # then look again
+                await outlive(self.spots, spot_id, found, deadline)  # then look again
                 continue
             remote = self.remote
             # resolve_spot returns None only for a call of this host that may go remote.

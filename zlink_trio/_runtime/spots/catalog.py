@@ -49,6 +49,9 @@ class SpotCatalog(Generic[A]):
         """Every local activation that can take messages or is closing, by id."""
         self.creating: dict[SpotId, trio.Event] = {}
         """User Spot creations in progress, by id; later callers wait for the first (SPOT-15)."""
+        self.creating_until: dict[SpotId, float] = {}
+        """Each creation's deadline, on the host's application clock: a send waiting for it
+        stops once it is overdue (routing/local.py Rule 6)."""
         self.live: set[A] = set()
         """Every activation whose task runs, including User Spots still being created."""
         self.make_context: Callable[[A], object] = _unbound

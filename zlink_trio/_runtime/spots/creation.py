@@ -58,8 +58,9 @@ async def create(
         )
     generated = spot_id is None
     target = SpotId(str(uuid.uuid4())) if spot_id is None else spot_id
-    with node.clock.scope_until(node.clock.now() + time_limit):
-        return await _create(spots, target, generated, type_name, request)
+    deadline = node.clock.now() + time_limit
+    with node.clock.scope_until(deadline):
+        return await _create(spots, target, generated, type_name, request, deadline)
     raise ZLinkError(ErrorKind.DEADLINE_EXCEEDED, f"creating {target} timed out")
 
 
@@ -69,6 +70,7 @@ async def _create(
     generated: bool,
     type_name: StableTypeName,
     request: object | None,
+    deadline: float,
 ) -> SpotCreateResult:
     node = spots.node
     while True:
@@ -96,10 +98,12 @@ async def _create(
             continue
         done = trio.Event()
         spots.creating[spot_id] = done
+        spots.creating_until[spot_id] = deadline
         try:
             return await _create_new(spots, spot_id, generated, type_name, request)
         finally:
             del spots.creating[spot_id]
+            del spots.creating_until[spot_id]
             done.set()
 
 
