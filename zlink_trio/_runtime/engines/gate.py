@@ -112,10 +112,10 @@ class Turn:
         self.actor = actor
         """The Actor activation whose turn this is, or ``None`` for a Spot turn (Rule 5)."""
         self.spot = spot
-        """The Spot activation whose message turn (its gate task runs it) or start-up turn
-        (``on_create``, ``on_initialize``) this is, else ``None``: a one-way send from it to
-        that Spot never waits for room, nor for the Spot's own creation (routing/local.py
-        Rules 4 and 6)."""
+        """The Spot activation whose turn this is (a message or tick turn, its start-up, a
+        control turn, ``on_closing``: each holds its gate), else ``None``: a one-way send from
+        it to that Spot never waits for room, nor for the Spot's own creation or close
+        (routing/local.py Rules 4 and 6)."""
         self.joins: list[object] = []
         """Joins deferred during this turn, in call order (Rule 5)."""
         self.boundary: bool | None = None

@@ -316,7 +316,7 @@ class Activation(SpotIngress):
             self.gate.release()  # sealed: wait for the seal to end (Rule 9)
             await hold.ended.wait()
             await self.gate.acquire()
-        token = enter_turn(Turn(self.shared_gate))
+        token = enter_turn(Turn(self.shared_gate, spot=self))
         self._turn_started()
         try:
             await self.node.fence.wait_serving()
@@ -747,7 +747,7 @@ class Activation(SpotIngress):
             self.gate.release()
             return
         await self.gate.acquire()
-        token = enter_turn(Turn(self.shared_gate))
+        token = enter_turn(Turn(self.shared_gate, spot=self))
         try:
             with self.node.clock.scope_until(self._closing.deadline):
                 await self.node.fence.wait_serving()

@@ -162,7 +162,7 @@ def serve_again(activation: _Signalling, hold: Hold) -> None:
 async def _continue(activation: _Signalling, hold: Hold) -> None:
     gate = activation.gate
     await gate.acquire()
-    token = enter_turn(Turn(activation.shared_gate))
+    token = enter_turn(Turn(activation.shared_gate, spot=activation))
     try:
         await ready_completed(activation, RelocationReadyOutcome.CONTINUED)
     finally:
