@@ -12,6 +12,7 @@ shuts down. A send from a turn to another Spot whose queue is full still waits f
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -137,29 +138,34 @@ def _spot_to_itself(type_name: str, spot: str) -> Callable[[TestHost], Awaitable
     return case
 
 
+PLAYER = f"p-{uuid.uuid4().hex[:8]}"
+"""The Actor's id: unique per run, since Actor ids are store-wide and these hosts use the
+default store, where an earlier run (or anything else) may have left a ``p``."""
+
+
 async def _actor_to_itself(host: TestHost) -> str:
-    await host.actors.create("p", "own.Player").submit()
-    await host.route.send_to_actor("p", Burst("self")).submit()
-    return "p"
+    await host.actors.create(PLAYER, "own.Player").submit()
+    await host.route.send_to_actor(PLAYER, Burst("self")).submit()
+    return PLAYER
 
 
 async def _with_a_member(host: TestHost) -> None:
     await host.spots.get_or_create("room", "own.Room").submit()
-    await host.actors.create("p", "own.Player").submit()
-    await host.route.send_to_actor("p", Enter("room")).submit()
+    await host.actors.create(PLAYER, "own.Player").submit()
+    await host.route.send_to_actor(PLAYER, Enter("room")).submit()
     await until_logged("joined")
 
 
 async def _member_to_its_spot(host: TestHost) -> str:
     await _with_a_member(host)
-    await host.route.send_to_actor("p", Burst("spot")).submit()
+    await host.route.send_to_actor(PLAYER, Burst("spot")).submit()
     return "room"
 
 
 async def _spot_to_its_member(host: TestHost) -> str:
     await _with_a_member(host)
-    await host.route.send_to_spot("room", Burst("actor:p")).submit()
-    return "p"
+    await host.route.send_to_spot("room", Burst(f"actor:{PLAYER}")).submit()
+    return PLAYER
 
 
 @pytest.mark.spec("DEC-32")
