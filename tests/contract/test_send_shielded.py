@@ -13,7 +13,7 @@ returned) or by its host's shutdown (``SHUTTING_DOWN``) or its owner's departure
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 import attrs
@@ -398,33 +398,6 @@ def _held_reads(host: TestHost) -> tuple[trio.Event, trio.Event]:
     return reading, go
 
 
-@pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
-@pytest.mark.spec("CMP-7.11", "CMP-7.2", "DEC-1")
-async def test_a_cancelled_send_whose_owner_is_being_read_is_still_sent(
-    store_dsn: str, to_actor: bool
-) -> None:
-    """A send to a Spot or Actor of another host first reads its owner from the store; its
-    caller's scope cancelled during that read, the send goes on, reaches the owner and is
-    handled, and the caller sees the cancellation only after submit() returned."""
-    async with open_test_mesh(app, hosts=2, dsn=store_dsn) as mesh:
-        sender, owner = mesh[0], mesh[1]
-        with trio.fail_after(30):
-            await meet(sender, owner)
-            if to_actor:
-                await owner.actors.create("t", "shield.Player").submit()
-            else:
-                await owner.spots.get_or_create("t", "shield.Room").submit()
-            reading, go = _held_reads(sender)
-            send = sender.route.send_to_actor if to_actor else sender.route.send_to_spot
-            caller = Caller(send("t", Note(2)))
-            async with trio.open_nursery() as nursery:
-                await caller.cancel_while_waiting(nursery, reading.is_set)
-                go.set()
-            assert ["admitted", "cancelled"] == caller.seen
-            await mesh.wait_quiet()
-    assert [2] == noted
-
-
 def _held_flushes(host: TestHost) -> tuple[trio.Event, trio.Event]:
     """From now on each ``zlink.Flush`` ``host`` sends a peer (the flush of a changed route)
     waits, once begun (the first event), until the second event is set: an injected slow old
@@ -443,30 +416,56 @@ def _held_flushes(host: TestHost) -> tuple[trio.Event, trio.Event]:
     return flushing, go
 
 
+async def _make_t(host: TestHost, to_actor: bool) -> None:
+    if to_actor:
+        await host.actors.create("t", "shield.Player").submit()
+    else:
+        await host.spots.get_or_create("t", "shield.Room").submit()
+
+
+async def _owner_being_read(
+    sender: TestHost, other: TestHost, to_actor: bool
+) -> tuple[trio.Event, trio.Event]:
+    """``t`` lives on ``other``: the send first reads its owner from the store, which is held."""
+    await _make_t(other, to_actor)
+    return _held_reads(sender)
+
+
+async def _old_route_flushing(
+    sender: TestHost, other: TestHost, to_actor: bool
+) -> tuple[trio.Event, trio.Event]:
+    """``t`` lives on ``sender`` now, whose cache forgot ``other`` as its owner on a store change
+    (as after a move here, RELOC-70): the send first flushes the route to ``other``, which is
+    held."""
+    await _make_t(sender, to_actor)
+    target = zl.ActorId("t") if to_actor else zl.SpotId("t")
+    sender.host._messaging.reroutes.forgot(target, other.node_rid)
+    return _held_flushes(sender)
+
+
+@pytest.mark.parametrize(
+    "stage", [_owner_being_read, _old_route_flushing], ids=["owner read", "old route flush"]
+)
 @pytest.mark.parametrize("to_actor", [False, True], ids=["spot", "actor"])
 @pytest.mark.spec("CMP-7.11", "CMP-7.2", "DEC-1")
-async def test_a_cancelled_send_flushing_its_old_route_is_still_admitted(
-    store_dsn: str, to_actor: bool
+async def test_a_cancelled_send_resolving_its_route_is_still_admitted(
+    store_dsn: str,
+    to_actor: bool,
+    stage: Callable[[TestHost, TestHost, bool], Awaitable[tuple[trio.Event, trio.Event]]],
 ) -> None:
-    """A Spot or Actor that is here now, whose owner the sender's cache forgot on a store change
-    (as after a move here, RELOC-70): the send first flushes the route to the old owner; its
-    caller's scope cancelled during that flush, the send goes on and is admitted and handled
-    here, and the caller sees the cancellation only after submit() returned."""
+    """A send to a Spot or Actor whose route is being resolved (its owner read from the store,
+    or its old route flushed): its caller's scope cancelled during that stage, the send goes
+    on, is admitted and handled, and the caller sees the cancellation only after submit()
+    returned."""
     async with open_test_mesh(app, hosts=2, dsn=store_dsn) as mesh:
-        sender, old_owner = mesh[0], mesh[1]
+        sender, other = mesh[0], mesh[1]
         with trio.fail_after(30):
-            await meet(sender, old_owner)
-            if to_actor:
-                await sender.actors.create("t", "shield.Player").submit()
-            else:
-                await sender.spots.get_or_create("t", "shield.Room").submit()
-            target = zl.ActorId("t") if to_actor else zl.SpotId("t")
-            sender.host._messaging.reroutes.forgot(target, old_owner.node_rid)
-            flushing, go = _held_flushes(sender)
+            await meet(sender, other)
+            waiting, go = await stage(sender, other, to_actor)
             send = sender.route.send_to_actor if to_actor else sender.route.send_to_spot
             caller = Caller(send("t", Note(2)))
             async with trio.open_nursery() as nursery:
-                await caller.cancel_while_waiting(nursery, flushing.is_set)
+                await caller.cancel_while_waiting(nursery, waiting.is_set)
                 go.set()
             assert ["admitted", "cancelled"] == caller.seen
             await mesh.wait_quiet()

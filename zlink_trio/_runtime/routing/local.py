@@ -294,28 +294,25 @@ async def outlive(
     """Rule 6: wait until the closing incarnation ``found`` has closed, or the creation it
     names has ended; ``deadline`` is a request's, ``math.inf`` for a send."""
     node = spots.node
+    doing = "closing" if isinstance(found, Activation) else "being created"
     until = deadline
-    if deadline == math.inf and isinstance(found, trio.Event):
-        turn = current_turn()
-        creating = None if turn is None else turn.spot
-        if isinstance(creating, Activation) and creating.spot_id == spot_id:
-            raise ZLinkError(  # its creation waits for the very turn that would wait
-                ErrorKind.UNAVAILABLE,
-                f"Spot {spot_id} is being created; it takes no message from its own start-up",
-            )
-        until = spots.creating_until.get(spot_id, math.inf) + node.config.store_release_timeout
-    if deadline == math.inf and isinstance(found, Activation):
-        if served_by_caller(found):  # its close waits for the very turn that would wait
+    if deadline == math.inf:  # a send: never for its own turn's end, nor past an overdue one
+        if isinstance(found, Activation):
+            own = served_by_caller(found)
+            until = found.closing_deadline
+        else:
+            turn = current_turn()
+            own = turn is not None and getattr(turn.spot, "spot_id", None) == spot_id
+            until = spots.creating_until.get(spot_id, math.inf)
+        if own:
             raise ZLinkError(
-                ErrorKind.UNAVAILABLE,
-                f"Spot {spot_id} is closing; its next incarnation cannot start during its turn",
+                ErrorKind.UNAVAILABLE, f"Spot {spot_id} is {doing}: that waits for this turn"
             )
-        until = found.closing_deadline + node.config.store_release_timeout
+        until += node.config.store_release_timeout
     with node.clock.scope_until(until):
         await (found.closed if isinstance(found, Activation) else found).wait()
         return
     if deadline == math.inf:
-        doing = "closing" if isinstance(found, Activation) else "being created"
         raise ZLinkError(ErrorKind.UNAVAILABLE, f"Spot {spot_id} is still {doing} (overdue)")
     raise deadline_error(spot_id)
 
