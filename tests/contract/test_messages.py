@@ -17,6 +17,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 LIMIT = 4096
@@ -65,7 +66,7 @@ class Odd:
 
 
 @app.user_spot("messages.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         seen.append(msg)
@@ -112,7 +113,7 @@ async def handled(count: int) -> None:
         await trio.sleep(0.005)
 
 
-@pytest.mark.spec("MSG-1")
+@pytest.mark.spec("MSG-1", "DEC-33")
 async def test_a_message_over_the_limit_is_refused_at_the_sender_local_or_remote(
     store_dsn: str,
 ) -> None:

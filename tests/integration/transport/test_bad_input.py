@@ -164,7 +164,7 @@ def random_frames(rng: random.Random) -> list[bytes]:
     return [rng.randbytes(rng.randrange(0, 300)) for _ in range(rng.randrange(1, 4))]
 
 
-@pytest.mark.spec("TRN-27")
+@pytest.mark.spec("TRN-27", "DEC-33")
 async def test_a_frame_over_the_limit_is_refused_at_the_sender_and_nothing_is_queued() -> None:
     """A send, a request and a reply with a frame over the sender's limit raise PROTOCOL_ERROR at
     once; the peer receives nothing of them and counts no drop; a frame at the limit goes."""
