@@ -119,6 +119,16 @@ class Echo(zl.Spot):
     def __init__(self) -> None:
         self.count = 0
 
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     @zl.request_handler(EchoReq)
     async def echo(self, req: EchoReq) -> EchoRep:
         return EchoRep(req.payload)

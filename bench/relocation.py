@@ -199,7 +199,15 @@ class Holder:
 
 @app.user_spot("bench.Held", relocation=zl.preserve_state_with(State))
 class Held(Holder, zl.Spot):
-    pass
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
 
 
 @app.instance_spot("bench.HeldInstance", relocation=zl.preserve_state_with(State))

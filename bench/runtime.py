@@ -77,6 +77,16 @@ counter = Counter()
 
 @app.user_spot("bench.Echo")
 class Echo(zl.Spot):
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     @zl.request_handler(Ping)
     async def ping(self, req: Ping) -> Pong:
         return Pong(req.n)
@@ -90,6 +100,16 @@ class Echo(zl.Spot):
 
 @app.user_spot("bench.Idle")
 class Idle(zl.Spot):
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     @zl.packet_handler(Tick)
     async def tick(self, msg: Tick) -> None:
         pass

@@ -49,7 +49,15 @@ app = zl.Application()
 
 @app.user_spot("bench.Room")
 class Room(zl.Spot):
-    pass
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
 
 
 class Collections:

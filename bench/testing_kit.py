@@ -60,6 +60,16 @@ class Counter(zl.Spot):
     def __init__(self) -> None:
         self.value = 0
 
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     @zl.packet_handler(Add)
     async def add(self, msg: Add) -> None:
         self.value += msg.amount

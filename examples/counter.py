@@ -74,6 +74,16 @@ class Reports(zl.Spot):
         self.reports: list[str] = []
         self.latest: dict[str, int] = {}
 
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     @zl.packet_handler(Total)
     async def total(self, msg: Total) -> None:
         self.latest[msg.counter] = msg.value

@@ -42,6 +42,16 @@ class Scoreboard(zl.Spot):
     def __init__(self) -> None:
         self.points: dict[str, int] = {}
 
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     def _note(self, what: str) -> None:
         ref = self.context.ref
         handled.append((ref.spot_id.value, ref.object_generation.value, what))

@@ -18,6 +18,16 @@ class Hello:
 
 @app.user_spot("node_app.Greeter")
 class Greeter(zl.Spot):
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     def __init__(self) -> None:
         self.greeted: list[str] = []
 
@@ -41,5 +51,15 @@ not declared (REG-5.5)."""
 
 @bad_app.user_spot("node_app.Broken")
 class Broken(zl.Spot):
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     @zl.packet_handler(Undeclared)
     async def undeclared(self, msg: Undeclared) -> None: ...

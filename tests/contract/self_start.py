@@ -56,6 +56,16 @@ async def _send_to_self(context: zl.SpotContext, instance: bool) -> None:
 class Selfish(zl.Spot):
     """Sends to its own id from its start-up, before it is Ready."""
 
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     async def on_initialize(self) -> None:
         await _send_to_self(self.context, instance=False)
 
@@ -84,6 +94,12 @@ class Player(zl.Actor):
 class Lanes(zl.Spot):
     """Its on_actor_join (a control turn holding the Spot's gate) sends to the Spot itself more
     than its mailbox (limit 1) holds: only the end of that turn lets the Spot serve them."""
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
 
     async def on_actor_join(
         self, actor_id: zl.ActorId, request: object | None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import attrs
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 
@@ -42,7 +43,7 @@ class Tally:
 
 
 @app.user_spot("tally.Counter")
-class Counter(Tally, zl.Spot):
+class Counter(Tally, NoMembers):
     pass
 
 

@@ -172,6 +172,12 @@ class Room(zl.Spot):
 class Hall(zl.Spot):
     """A PER_ACTOR Spot: its own state does not move (it is recreated: RELOC-24, RELOC-25)."""
 
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     def __init__(self) -> None:
         self.value = 0
 

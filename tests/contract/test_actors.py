@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import Found, StoreConfig, open_stores
 
 app = zl.Application()
@@ -310,7 +311,7 @@ class Room(zl.Spot):
 
 
 @app.user_spot("act.Closed")
-class ClosedRoom(zl.Spot):
+class ClosedRoom(NoMembers):
     """Keeps the default on_actor_join, which rejects."""
 
 

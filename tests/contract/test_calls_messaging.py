@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 
@@ -59,7 +60,7 @@ gates = Gates()
 
 
 @app.user_spot("calls.Echo")
-class Echo(zl.Spot):
+class Echo(NoMembers):
     @zl.packet_handler(Say)
     async def say(self, msg: Say, ctx: zl.MessageContext) -> None:
         gates.seen.append((msg.text, dict(ctx.metadata)))

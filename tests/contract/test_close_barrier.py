@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 order: list[str] = []
@@ -41,7 +42,7 @@ class Go:
 
 
 @app.user_spot("barrier.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.request_handler(Slow, reply=Done)
     async def slow(self, req: Slow) -> Done:
         await Signals.release.wait()

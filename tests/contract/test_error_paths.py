@@ -10,6 +10,7 @@ import pytest
 
 import zlink_trio as zl
 from tests.contract.peers import meet
+from tests.members import NoMembers
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -36,7 +37,7 @@ class Check:
 
 
 @app.user_spot("paths.Desk")
-class Desk(zl.Spot):
+class Desk(NoMembers):
     @zl.request_handler(Book)
     async def book(self, req: Book) -> Refusal:
         return Refusal(f"no room for {req.seats}")

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 handled: list[int] = []
@@ -49,7 +50,7 @@ async def held() -> Answer:
 
 
 @app.user_spot("expired.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.request_handler(Hold, reply=Answer)
     async def hold(self, _req: Hold) -> Answer:
         return await held()

@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import Batch, IfMissing, Put, StoreConfig, open_stores
 from zlink_trio._integration.transport.liveness import Route, Verdict
 from zlink_trio._runtime.ownership.authority import Claim, Held, SpotAuthority
@@ -81,7 +82,7 @@ class Answering:
 
 
 @app.user_spot("global.Room")
-class Room(Answering, zl.Spot):
+class Room(Answering, NoMembers):
     @zl.request_handler(Ask)
     async def ask(self, req: Ask, ctx: zl.MessageContext) -> Answer:
         return await self._answer(req, ctx, self.context.ref.node_rid.value)

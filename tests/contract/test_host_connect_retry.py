@@ -13,6 +13,7 @@ import trio
 import zmq
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.transport.links import MeshSockets
 from zlink_trio._integration.transport.socket import OutboundLink
 
@@ -33,7 +34,7 @@ class Answer:
 
 
 @app.user_spot("retry.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.request_handler(Ask)
     async def ask(self, req: Ask) -> Answer:
         return Answer(self.context.ref.node_rid.value, req.text)

@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import Found, StoreConfig, open_stores
 from zlink_trio._runtime.ownership.node_record import (
     NodeRecord,
@@ -32,7 +33,7 @@ pause = Pause()
 
 
 @app.user_spot("member.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     async def on_closing(self, closing: zl.SpotClosingContext) -> None:
         pause.closing.set()
         await pause.proceed.wait()

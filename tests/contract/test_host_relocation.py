@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import Batch, Found, Stores
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -28,7 +29,7 @@ class Ping:
 
 
 @app.user_spot("reloc.Pinned")
-class Pinned(zl.Spot):
+class Pinned(NoMembers):
     """Declared without ``relocation=``: it may not move (RELOC-2)."""
 
     @zl.packet_handler(Ping)
@@ -49,7 +50,7 @@ class Where:
 
 
 @app.user_spot("reloc.Movable", relocation=zl.recreate_on_relocation())
-class Movable(zl.Spot):
+class Movable(NoMembers):
     @zl.packet_handler(Ping)
     async def ping(self, msg: Ping) -> None:
         pass

@@ -9,6 +9,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 IDLE = 0.2
 
@@ -70,7 +71,7 @@ class Ticker(zl.InstanceSpot):
 
 
 @app.user_spot("idle.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     async def on_closing(self, closing: zl.SpotClosingContext) -> None:
         record = seen[self.context.spot_id.value]
         record.reasons.append(closing.reason)

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -47,7 +48,7 @@ class Blob(zl.SpotRelocationAdapter["Holder"]):
 
 
 @app.user_spot("rinline.Holder", relocation=zl.preserve_state_with(Blob))
-class Holder(zl.Spot):
+class Holder(NoMembers):
     def __init__(self) -> None:
         self.data = b""
 

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 closings: list[zl.SpotCloseReason] = []
@@ -25,7 +26,7 @@ class Ping:
 
 
 @app.user_spot("sigint.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.packet_handler(Ping)
     async def ping(self, msg: Ping) -> None:
         pass

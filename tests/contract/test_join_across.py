@@ -144,6 +144,9 @@ class Lobby(zl.Spot):
 
 @app.entry_spot
 class Entry(zl.EntrySpot):
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
     async def on_leave_actor(self, actor: object) -> None:
         events.append("entry.on_leave_actor")
 
@@ -308,6 +311,12 @@ answer_now = trio.Event()
 @app.user_spot("ajoin.SlowLobby")
 class SlowLobby(zl.Spot):
     """Decides only when the test says so."""
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
 
     async def on_actor_join(
         self, actor_id: zl.ActorId, request: object | None

@@ -39,6 +39,7 @@ from hypothesis.stateful import (
 )
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio.testing import HostStateMachine
 
 EXAMPLES = int(os.environ.get("ZLINK_MESH_MODEL_EXAMPLES", "15"))
@@ -77,7 +78,7 @@ stray: set[tuple[str, int]] = set()
 
 
 @app.user_spot("meshmodel.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     def _key(self) -> tuple[str, int]:
         ref = self.context.ref
         return (ref.spot_id.value, ref.object_generation.value)

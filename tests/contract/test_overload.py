@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._runtime.routing.backlog import Backlogs
 
 app = zl.Application()
@@ -40,7 +41,7 @@ class Answer:
 
 
 @app.user_spot("overload.Slow")
-class SlowRoom(zl.Spot):
+class SlowRoom(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         Slow.entered.set()
@@ -66,7 +67,7 @@ class SlowActor(zl.Actor):
 
 
 @app.user_spot("overload.Quick")
-class QuickRoom(zl.Spot):
+class QuickRoom(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         pass

@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 handled: list[str] = []
@@ -50,7 +51,7 @@ class Worker:
 
 
 @app.user_spot("queue.Room")
-class Room(Worker, zl.Spot):
+class Room(Worker, NoMembers):
     @zl.request_handler(Work)
     async def work(self, msg: Work) -> Done:
         return await self._work(msg)

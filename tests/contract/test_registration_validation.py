@@ -9,6 +9,7 @@ import attrs
 import pytest
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:9/none"
 """Port 9 (discard) has no PostgreSQL: a host that touched the store would fail differently."""
@@ -56,11 +57,11 @@ async def test_every_contradiction_is_listed_in_one_error_before_the_store() -> 
     app.message("reg.Extra")(Extra)
 
     @app.user_spot("reg.Ping")
-    class Clash(zl.Spot):
+    class Clash(NoMembers):
         pass
 
     @app.user_spot("reg.Room")
-    class Room(zl.Spot):
+    class Room(NoMembers):
         @zl.packet_handler(Ping)
         async def one(self, msg: Ping) -> None: ...
 
@@ -99,7 +100,7 @@ def test_a_stable_name_declared_twice_fails_validation(form: str) -> None:
         app.message("reg.Same")(first)
         app.message("reg.Same")(second)
     elif form == "spots":
-        app.user_spot("reg.Same")(type("One", (zl.Spot,), {}))
+        app.user_spot("reg.Same")(type("One", (NoMembers,), {}))
         app.instance_spot("reg.Same")(type("Two", (zl.InstanceSpot,), {}))
     elif form == "actors":
         app.actor("reg.Same")(type("One", (zl.Actor,), {}))
@@ -121,7 +122,7 @@ def test_two_timer_handlers_with_one_name_fail_validation() -> None:
     app = zl.Application()
 
     @app.user_spot("reg.Ticking")
-    class Ticking(zl.Spot):
+    class Ticking(NoMembers):
         @zl.timer_handler("beat")
         async def one(self, tick: zl.TimerTick) -> None: ...
 
@@ -144,7 +145,7 @@ async def test_application_signaled_with_per_actor_fails_validation() -> None:
         mode=zl.SpotFactoryMode.PER_ACTOR,
         coordination=zl.RelocationCoordinationMode.APPLICATION_SIGNALED,
     )
-    class Lanes(zl.Spot):
+    class Lanes(NoMembers):
         pass
 
     error = await start(app)
@@ -191,7 +192,7 @@ async def test_a_started_application_is_frozen(store_dsn: str) -> None:
     app.message("reg.Pong")(Pong)
 
     @app.user_spot("reg.Room")
-    class Room(zl.Spot):
+    class Room(NoMembers):
         @zl.request_handler(Ping)
         async def ping(self, req: Ping) -> Pong:
             return Pong()
@@ -238,10 +239,62 @@ def test_a_user_spot_defaults_to_spot_wide_and_framework_managed() -> None:
     app = zl.Application()
 
     @app.user_spot("reg.Plain")
-    class Plain(zl.Spot):
+    class Plain(NoMembers):
         pass
 
     registry = app.freeze()
     declared = registry.spot_types[zl.StableTypeName("reg.Plain")]
     assert zl.SpotFactoryMode.SPOT_WIDE == declared.mode
     assert zl.RelocationCoordinationMode.FRAMEWORK_MANAGED == declared.coordination
+
+
+@pytest.mark.spec("REG-5.9", "REG-5.11")
+async def test_a_spot_class_without_its_membership_callbacks_fails_validation() -> None:
+    """A User Spot class must define on_actor_join, on_joined_actor and on_leave_actor, an Entry
+    Spot class on_joined_actor and on_leave_actor (the bases leave them abstract): each class
+    that lacks one is listed with exactly the callbacks it lacks, in one error, before the
+    store; one that has them from a base of its own passes."""
+    app = zl.Application()
+
+    @app.user_spot("reg.Bare")
+    class Bare(zl.Spot):
+        pass
+
+    @app.user_spot("reg.Deciding")
+    class Deciding(zl.Spot):
+        async def on_actor_join(
+            self, actor_id: zl.ActorId, request: object
+        ) -> zl.SpotActorJoinResult:
+            return zl.SpotActorJoinResult.accept()
+
+    @app.user_spot("reg.Inherited")
+    class Inherited(NoMembers):
+        pass
+
+    @app.entry_spot
+    class Lobby(zl.EntrySpot):
+        async def on_joined_actor(self, actor: object) -> None: ...
+
+    error = await start(app)
+    assert 3 == len(error.problems), error.problems
+    bare, deciding, lobby = (
+        next(p for p in error.problems if name in p) for name in ("Bare", "Deciding", "Lobby")
+    )
+    assert "on_actor_join, on_joined_actor, on_leave_actor" in bare
+    assert "on_joined_actor, on_leave_actor" in deciding
+    assert "on_actor_join" not in deciding
+    assert "on_leave_actor" in lobby
+    assert "on_joined_actor" not in lobby
+    assert not any("Inherited" in problem for problem in error.problems)
+
+
+@pytest.mark.spec("REG-5.9")
+def test_an_application_without_an_entry_spot_runs_the_frameworks_own() -> None:
+    """Without a declared Entry Spot the registry holds the framework's own, which defines
+    every membership callback (so it passes the check a declared one must pass)."""
+    app = zl.Application()
+    registry = app.freeze()
+    entry = registry.entry_type.cls
+    assert issubclass(entry, zl.EntrySpot)
+    for name in ("on_joined_actor", "on_leave_actor"):
+        assert not getattr(getattr(entry, name), "__isabstractmethod__", False)

@@ -17,6 +17,7 @@ import trio
 import zlink_trio as zl
 from tests.contract.held_commit import hold_the_commit
 from tests.contract.peers import meet
+from tests.members import NoMembers
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -120,7 +121,7 @@ completed = trio.Event()
     coordination=zl.RelocationCoordinationMode.APPLICATION_SIGNALED,
     relocation=zl.recreate_on_relocation(),
 )
-class Signalled(zl.Spot):
+class Signalled(NoMembers):
     context: Any
 
     @zl.packet_handler(Finish)

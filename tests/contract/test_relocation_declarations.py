@@ -9,16 +9,17 @@ import uuid
 import pytest
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:9/none"
 """Port 9 (discard) has no PostgreSQL: a host that touched the store would fail differently."""
 
 
-class Room(zl.Spot):
+class Room(NoMembers):
     pass
 
 
-class Hall(zl.Spot):
+class Hall(NoMembers):
     pass
 
 

@@ -66,6 +66,7 @@ from hypothesis.stateful import (
 )
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio.testing import HostStateMachine, TestHost, open_test_host, open_test_stores
 
@@ -196,12 +197,12 @@ class LogState(zl.SpotRelocationAdapter[Logged]):
 
 
 @app.user_spot("relmodel.Ledger", relocation=zl.preserve_state_with(LogState))
-class Ledger(Logged, zl.Spot):
+class Ledger(Logged, NoMembers):
     pass
 
 
 @app.user_spot("relmodel.Scratch", relocation=zl.recreate_on_relocation())
-class Scratch(Logged, zl.Spot):
+class Scratch(Logged, NoMembers):
     pass
 
 

@@ -16,6 +16,7 @@ import trio.testing
 
 import zlink_trio as zl
 from tests.contract.peers import meet
+from tests.members import NoMembers
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
 app = zl.Application()
@@ -127,6 +128,12 @@ class Round(Counting, zl.Spot):
     ) -> zl.SpotActorJoinResult:
         return zl.SpotActorJoinResult.accept()
 
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     async def on_initialize(self) -> None:
         _defer(self.context)  # a lifecycle turn: not a message or timer turn
 
@@ -150,7 +157,7 @@ class Round(Counting, zl.Spot):
 
 
 @app.user_spot("ready.Plain", relocation=zl.preserve_state_with(RoundState))
-class Plain(Counting, zl.Spot):
+class Plain(Counting, NoMembers):
     """FRAMEWORK_MANAGED: the framework picks the boundary; ``defer()`` is refused."""
 
 
@@ -160,7 +167,7 @@ class Counter(Counting, zl.InstanceSpot):
 
 
 @app.user_spot("ready.Hall", mode=zl.SpotFactoryMode.PER_ACTOR)
-class Hall(Counting, zl.Spot):
+class Hall(Counting, NoMembers):
     pass
 
 

@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
@@ -42,7 +43,7 @@ handled: list[tuple[str, str]] = []
 
 
 @app.user_spot("reroute.Room", relocation=zl.recreate_on_relocation())
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         handled.append((f"note {msg.seq}", self.context.ref.node_rid.value))

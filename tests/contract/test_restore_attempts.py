@@ -17,6 +17,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._runtime.routing.arrivals import RESTORE_ATTEMPTS
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
 
@@ -83,7 +84,7 @@ class TallyState(zl.SpotRelocationAdapter["Tally"]):
 
 
 @app.user_spot("rattempt.Tally", relocation=zl.preserve_state_with(TallyState))
-class Tally(zl.Spot):
+class Tally(NoMembers):
     def __init__(self) -> None:
         self.value = 0
 

@@ -111,6 +111,12 @@ world = World()
 class Room(zl.Spot):
     """A SPOT_WIDE User Spot whose every turn counts itself in and out of ``world.in_turn``."""
 
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     def _key(self) -> tuple[str, int]:
         ref = self.context.ref
         return (ref.spot_id.value, ref.object_generation.value)

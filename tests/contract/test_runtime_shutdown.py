@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 closings: list[tuple[str, zl.SpotCloseReason, float, str]] = []
@@ -41,7 +42,7 @@ signals = Signals()
 
 
 @app.user_spot("shut.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     async def on_closing(self, closing: zl.SpotClosingContext) -> None:
         spot_id = self.context.spot_id.value
         # The local instance and its context are still valid here (SHUT-7.3).

@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import Found, StoreConfig, open_stores
 from zlink_trio._integration.transport import curve_public, new_curve_secret
 from zlink_trio._runtime.ownership.node_record import NodeRecord
@@ -25,7 +26,7 @@ class Ask:
 
 
 @app.user_spot("sec.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.request_handler(Ask)
     async def ask(self, req: Ask) -> Ask:
         return req

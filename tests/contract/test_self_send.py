@@ -69,6 +69,12 @@ class Block:
 
 @app.user_spot("own.Room")
 class Room(zl.Spot):
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     async def on_actor_join(
         self, actor_id: zl.ActorId, request: object | None
     ) -> zl.SpotActorJoinResult:

@@ -15,6 +15,7 @@ import trio.testing
 
 import zlink_trio as zl
 from tests.integration.transport.conftest import BIG, WINDOW, connect, node, numbered, until
+from tests.members import NoMembers
 from zlink_trio._integration.transport import RouteMesh
 from zlink_trio.ids import NodeRid
 from zlink_trio.testing import open_test_host, open_test_mesh
@@ -78,7 +79,7 @@ def submit_sync_outcome(call: zl.SpotSendCall) -> str:
 
 
 @app.user_spot("paths.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         state.notes.append(msg.n)
@@ -93,7 +94,7 @@ class Room(zl.Spot):
 
 
 @app.user_spot("paths.Prober")
-class Prober(zl.Spot):
+class Prober(NoMembers):
     async def on_initialize(self) -> None:
         state.refusals["lifecycle callback"] = self._try_sync("initialize")
         self.context.timers.start("probe", 0.01)

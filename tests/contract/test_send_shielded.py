@@ -23,6 +23,7 @@ import trio.testing
 
 import zlink_trio as zl
 from tests.contract.peers import meet
+from tests.members import NoMembers
 from zlink_trio._runtime.declarations.system import Flush
 from zlink_trio.testing import TestHost, VirtualClock, open_test_host, open_test_mesh
 
@@ -61,7 +62,7 @@ async def _note(msg: Note) -> None:
 
 
 @app.user_spot("shield.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         await _note(msg)
@@ -113,7 +114,7 @@ class Lodge(zl.InstanceSpot):
 
 
 @app.user_spot("shield.Starter")
-class Starter(zl.Spot):
+class Starter(NoMembers):
     """Its start-up sends to the Room ``r`` (which may wait for room) before it is Ready."""
 
     starting = trio.Event()

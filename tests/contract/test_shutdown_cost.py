@@ -9,18 +9,19 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 closed_by_callback: list[str] = []
 
 
 @app.user_spot("cost.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     """Keeps the default on_closing."""
 
 
 @app.user_spot("cost.Hall")
-class Hall(zl.Spot):
+class Hall(NoMembers):
     async def on_closing(self, closing: zl.SpotClosingContext) -> None:
         closed_by_callback.append(self.context.spot_id.value)
 

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import (
     Applied,
     Batch,
@@ -46,6 +47,12 @@ class Tick:
 
 @app.entry_spot
 class Entry(zl.EntrySpot):
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     async def on_create_actor(self, actor: Any, request: object | None) -> zl.ActorCreateResponse:
         """Actors whose id starts with ``block-`` wait here until the test releases them."""
         if str(actor.context.actor_id.value).startswith("block-"):
@@ -75,7 +82,7 @@ class Counter(zl.InstanceSpot):
 
 
 @app.user_spot("edge.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     def __init__(self) -> None:
         constructed.append(self.context.spot_id.value)
 

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._runtime.engines.heap import collector_paused
 
 app = zl.Application()
@@ -15,7 +16,7 @@ seen_while_closing: list[bool] = []
 
 
 @app.user_spot("heap.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     async def on_closing(self, closing: zl.SpotClosingContext) -> None:
         seen_while_closing.append(gc.isenabled())
 

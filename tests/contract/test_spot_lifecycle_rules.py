@@ -14,6 +14,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import Found, Missing
 from zlink_trio._runtime.spots import creation
 from zlink_trio.testing import open_test_host, open_test_stores
@@ -62,7 +63,7 @@ def _inside_opener() -> bool:
 
 
 @app.user_spot("life.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.request_handler(Where)
     async def where(self, req: Where) -> Placed:
         inside = _inside_opener()

@@ -17,6 +17,7 @@ import trio.testing
 import zlink_trio as zl
 from tests.contract.early_sender import send_early_after_commit
 from tests.contract.peers import meet
+from tests.members import NoMembers
 from zlink_trio._integration.store import Applied, Batch, Found
 from zlink_trio._runtime.declarations.system import RelocateAnswer, RelocateCommit
 from zlink_trio._runtime.host import tree
@@ -114,12 +115,12 @@ class Broken(zl.SpotRelocationAdapter["Stubborn"]):
 
 
 @app.user_spot("move.Stubborn", relocation=zl.preserve_state_with(Broken))
-class Stubborn(Tally, zl.Spot):
+class Stubborn(Tally, NoMembers):
     pass
 
 
 @app.user_spot("move.Room", relocation=zl.recreate_on_relocation())
-class Room(Tally, zl.Spot):
+class Room(Tally, NoMembers):
     pass
 
 

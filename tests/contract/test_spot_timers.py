@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 INTERVAL = 0.05
 """A short real interval: the host's store does real I/O, so the clock cannot autojump."""
@@ -215,7 +216,7 @@ class Clock(zl.InstanceSpot):
 
 
 @app.user_spot("timers.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     beat = beat
     start = start
     hold = hold
@@ -225,7 +226,7 @@ class Room(zl.Spot):
 
 
 @app.user_spot("timers.Lanes", mode=zl.SpotFactoryMode.PER_ACTOR)
-class Lanes(zl.Spot):
+class Lanes(NoMembers):
     beat = beat
     start = start
     on_initialize = on_initialize

@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._runtime.ownership.authority import Claim, SpotAuthority
 
 app = zl.Application()
@@ -169,7 +170,7 @@ class Yielder(zl.InstanceSpot):
 
 
 @app.user_spot("inst.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         pass

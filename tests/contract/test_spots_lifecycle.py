@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 
 app = zl.Application()
 events: list[tuple[str, str]] = []
@@ -54,7 +55,7 @@ class Gated:
 
 
 @app.user_spot("lifecycle.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     def __init__(self) -> None:
         self.lines: list[str] = []
         events.append((self.context.spot_id.value, "init"))
@@ -95,7 +96,7 @@ class Room(zl.Spot):
 
 
 @app.user_spot("lifecycle.Other")
-class Other(zl.Spot):
+class Other(NoMembers):
     pass
 
 

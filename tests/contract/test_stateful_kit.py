@@ -24,6 +24,7 @@ from hypothesis.stateful import (
 )
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio.testing import HostStateMachine, seeded_scheduling, stateful
 from zlink_trio.testing import hosts as kit_hosts
 from zlink_trio.testing.scheduling import trio_random
@@ -48,7 +49,7 @@ class Count:
     value: int
 
 
-class Counter(zl.Spot):
+class Counter(NoMembers):
     """Counts what it is sent; keeps the count in ``vault`` across close and re-create."""
 
     def __init__(self) -> None:

@@ -19,6 +19,7 @@ import trio
 import zmq
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import (
     DSN_VARIABLE,
     Applied,
@@ -38,7 +39,7 @@ app = zl.Application()
 
 
 @app.user_spot("inspect.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     pass
 
 

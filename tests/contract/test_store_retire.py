@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio.__main__ import main
 from zlink_trio._integration.store import (
     Applied,
@@ -39,7 +40,7 @@ app = zl.Application()
 
 
 @app.user_spot("retire.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     pass
 
 

@@ -20,6 +20,7 @@ import trio.testing
 
 import zlink_trio as zl
 from tests.contract.peers import meet
+from tests.members import NoMembers
 from zlink_trio._integration.store import Found, Stores
 from zlink_trio._runtime.routing.inbound import Inbound
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -43,7 +44,7 @@ class OwnerNoted:
 
 
 @owner_app.user_spot("surface.Room")
-class OwnerRoom(zl.Spot):
+class OwnerRoom(NoMembers):
     @zl.request_handler(OwnerNote)
     async def note(self, msg: OwnerNote) -> OwnerNoted:
         return OwnerNoted(f"{type(self).__name__} got {type(msg).__name__} {msg.text}")
@@ -67,7 +68,7 @@ class CallerNoted:
 
 
 @caller_app.user_spot("surface.Room")
-class CallerRoom(zl.Spot):
+class CallerRoom(NoMembers):
     @zl.request_handler(CallerNote)
     async def note(self, msg: CallerNote) -> CallerNoted:
         return CallerNoted(f"{type(self).__name__} got {type(msg).__name__} {msg.text}")
@@ -163,7 +164,7 @@ class Holds:
 
 
 @desk_app.user_spot("restart.Desk")
-class Desk(zl.Spot):
+class Desk(NoMembers):
     @zl.request_handler(Ask)
     async def ask(self, req: Ask) -> Answer:
         if req.label in Holds.release:
@@ -308,7 +309,7 @@ class Gauge(zl.InstanceSpot):
 
 
 @probe_app.user_spot("probe.Board")
-class Board(zl.Spot):
+class Board(NoMembers):
     @zl.request_handler(Inspect)
     async def inspect(self, req: Inspect) -> Facts:
         return _facts_of(self.context)

@@ -16,6 +16,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import (
     Batch,
     Found,
@@ -67,7 +68,7 @@ class Where:
 
 
 @app.user_spot("kit.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         await trio.lowlevel.checkpoint()  # each turn yields once, as real handlers do
@@ -183,7 +184,14 @@ def test_the_plugin_is_registered_and_its_fixture_opens_hosts(
 
             @app.user_spot("user.Room")
             class Room(zl.Spot):
-                pass
+                async def on_actor_join(self, actor_id, request):
+                    return zl.SpotActorJoinResult.reject()
+
+                async def on_joined_actor(self, actor):
+                    pass
+
+                async def on_leave_actor(self, actor):
+                    pass
 
             async def test_a_user_test(zlink_store):
                 async with zlink_store.open_host(app) as host:
@@ -492,7 +500,7 @@ class Start:
 
 
 @app.user_spot("kit.Ticker")
-class Ticker(zl.Spot):
+class Ticker(NoMembers):
     @zl.packet_handler(Start)
     async def start(self, msg: Start) -> None:
         self.context.timers.start("t", 10)

@@ -118,6 +118,12 @@ class Session(zl.InstanceSpot):
 
 @app.user_spot("vclk.Room")
 class Room(zl.Spot):
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     async def on_create(self, request: object | None) -> zl.SpotCreateResponse:
         if isinstance(request, Hold):
             await hold()

@@ -105,6 +105,16 @@ class Here:
 
 @app.user_spot(ROOM)
 class Room(zl.Spot):
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     def __init__(self) -> None:
         self.handled = 0
         self.pokes_without_deadline = 0

@@ -59,6 +59,16 @@ def file_sink(path: str) -> Callable[[dict[str, Any]], None]:
 
 @app.user_spot("fence.Counter")
 class Counter(zl.Spot):
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     def _record(self, seq: int | None, start: float, end: float) -> None:
         ref = self.context.ref
         sink(

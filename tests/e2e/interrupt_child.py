@@ -34,6 +34,16 @@ class Answer:
 
 @app.user_spot("interrupt.Room")
 class Room(zl.Spot):
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     @zl.request_handler(Ask)
     async def ask(self, req: Ask) -> Answer:
         return Answer(req.n)

@@ -177,7 +177,15 @@ class Tracked:
 
 @app.user_spot(ROOM, relocation=zl.preserve_state_with(LastSeen))
 class Room(Tracked, zl.Spot):
-    pass
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
 
 
 @app.instance_spot(COUNTER, relocation=zl.preserve_state_with(LastSeen))

@@ -31,6 +31,16 @@ class Heard:
 
 @app.user_spot("sece2e.Room")
 class Room(zl.Spot):
+    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
+        del actor_id, request  # it takes no member Actors
+        return zl.SpotActorJoinResult.reject()
+
+    async def on_joined_actor(self, actor: object) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: object) -> None:
+        del actor
+
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         heard.append(msg.text)

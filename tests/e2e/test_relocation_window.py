@@ -23,6 +23,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._runtime.declarations.system import RelocateCommit
 from zlink_trio._runtime.host import moving
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -80,7 +81,7 @@ class Counter(Tally, zl.InstanceSpot):
 
 
 @app.user_spot(ROOM, relocation=zl.preserve_state_with(KeepTotal))
-class Room(Tally, zl.Spot):
+class Room(Tally, NoMembers):
     pass
 
 

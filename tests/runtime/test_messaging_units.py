@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import Batch, IfMissing, Put, StoreConfig, open_stores
 from zlink_trio._runtime.ownership.node_record import PeerDown
 from zlink_trio._runtime.routing.remote import Owner
@@ -58,7 +59,7 @@ class Seen:
 
 
 @app.user_spot("msgunits.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.request_handler(Ask)
     async def ask(self, req: Ask, ctx: zl.MessageContext) -> Answer:
         Seen.contexts.append(ctx)

@@ -15,6 +15,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._runtime.declarations.relocation import (
     AdapterFailure,
     capture_payload,
@@ -22,7 +23,7 @@ from zlink_trio._runtime.declarations.relocation import (
 )
 
 
-class Room(zl.Spot):
+class Room(NoMembers):
     pass
 
 

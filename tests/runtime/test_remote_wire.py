@@ -13,6 +13,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import Batch, Found, IfMissing, Put, StoreConfig, open_stores
 from zlink_trio._integration.transport import (
     MeshConfig,
@@ -43,7 +44,7 @@ class Answer:
 
 
 @app.user_spot("wire.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.request_handler(Ask)
     async def ask(self, req: Ask) -> Answer:
         return Answer(req.text)

@@ -19,6 +19,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import StoreConfig
 from zlink_trio._runtime.host import host as host_module
 from zlink_trio._runtime.routing.remote import Owner, Remote
@@ -45,7 +46,7 @@ class Note:
 
 
 @app.user_spot("cache.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.request_handler(Ask)
     async def ask(self, req: Ask) -> Answer:
         return Answer(self.context.ref.node_rid.value)

@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._integration.store import (
     Applied,
     Batch,
@@ -58,7 +59,7 @@ probe = Probe()
 
 
 @app.user_spot("auth.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     async def on_closing(self, closing: zl.SpotClosingContext) -> None:
         if probe.read_key is not None:
             async with open_stores(StoreConfig(dsn=probe.dsn), environ={}) as stores:

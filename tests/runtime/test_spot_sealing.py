@@ -21,6 +21,7 @@ import trio
 import trio.testing
 
 import zlink_trio as zl
+from tests.members import NoMembers
 from zlink_trio._runtime.spots.activation import Activation
 from zlink_trio._runtime.spots.catalog import SpotCatalog
 from zlink_trio._runtime.spots.sealing import prepare_restore, seal
@@ -176,14 +177,14 @@ class Gatekeeper(zl.InstanceSpot):
 
 
 @app.user_spot("seal.Room")
-class Room(zl.Spot):
+class Room(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         pass
 
 
 @app.user_spot("seal.Lanes", mode=zl.SpotFactoryMode.PER_ACTOR)
-class Lanes(zl.Spot):
+class Lanes(NoMembers):
     @zl.packet_handler(Note)
     async def note(self, msg: Note) -> None:
         pass

@@ -18,7 +18,13 @@ from typing import TypeVar
 
 import attrs
 
-from zlink_trio._runtime.application.bases import Actor, EntrySpot, InstanceSpot, Spot
+from zlink_trio._runtime.application.bases import (
+    Actor,
+    DefaultEntrySpot,
+    EntrySpot,
+    InstanceSpot,
+    Spot,
+)
 from zlink_trio._runtime.declarations.registry import (
     ActorDeclaration,
     Registry,
@@ -96,8 +102,8 @@ class Application:
 
     def entry_spot(self, cls: C) -> C:
         """Declare an :class:`~zlink_trio.EntrySpot` subclass as this application's Entry Spot
-        (at most one); without one, every host runs the base ``EntrySpot``, which accepts every
-        new Actor."""
+        (at most one); without one, every host runs the framework's own Entry Spot, which
+        accepts every new Actor."""
         self._check_open()
         if not (isinstance(cls, type) and issubclass(cls, EntrySpot)):
             raise TypeError(f"@entry_spot takes a subclass of zl.EntrySpot, not {cls!r}")
@@ -169,7 +175,7 @@ class Application:
         """Validate every declaration once and return the frozen registry (the same one on
         every later call); ``ConfigurationError`` lists every problem and freezes nothing."""
         if self._registry is None:
-            self._registry = validate(self._messages, self._spots, self._actors, EntrySpot)
+            self._registry = validate(self._messages, self._spots, self._actors, DefaultEntrySpot)
         return self._registry
 
 

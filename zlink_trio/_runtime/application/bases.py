@@ -9,6 +9,7 @@ The values callbacks take and return are ``declarations/values.py``.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 from zlink_trio._runtime.application.contexts import ActorContext, SpotContext
@@ -23,7 +24,7 @@ from zlink_trio._runtime.declarations.values import (
 from zlink_trio.ids import ActorId
 from zlink_trio.options import RelocationReadyCompletion
 
-__all__ = ["Actor", "EntrySpot", "InstanceSpot", "Spot"]
+__all__ = ["Actor", "DefaultEntrySpot", "EntrySpot", "InstanceSpot", "Spot"]
 
 
 class _SpotBase:
@@ -49,8 +50,10 @@ class Spot(_SpotBase):
 
     Override ``on_create`` to accept or reject creation (the default accepts with no reply),
     ``on_initialize`` and ``on_closing``; declare handlers with ``@zl.packet_handler`` and
-    ``@zl.request_handler``. A User Spot takes member Actors only when ``on_actor_join`` accepts
-    them; the default rejects every join (SPOT-53).
+    ``@zl.request_handler``. Every User Spot class defines ``on_actor_join``,
+    ``on_joined_actor`` and ``on_leave_actor`` itself (REG-5.9: they are abstract, and a host
+    refuses a User Spot type without them); a Spot that takes no member Actors rejects every
+    join in ``on_actor_join``.
     """
 
     async def on_create(self, request: object | None) -> SpotCreateResponse:
@@ -58,17 +61,22 @@ class Spot(_SpotBase):
         del request
         return SpotCreateResponse.accept()
 
+    @abc.abstractmethod
     async def on_actor_join(self, actor_id: ActorId, request: object | None) -> SpotActorJoinResult:
         """Decide whether the Actor ``actor_id`` may join; ``request`` is what its
-        ``join_spot`` carried. The default rejects: a Spot takes members only by choice."""
-        del actor_id, request
-        return SpotActorJoinResult.reject()
+        ``join_spot`` carried. Required: return ``SpotActorJoinResult.reject()`` to take no
+        members."""
+        raise NotImplementedError
 
+    @abc.abstractmethod
     async def on_joined_actor(self, actor: Any) -> None:
-        """An accepted Actor has become a member; ``actor`` is its handler instance."""
+        """An accepted Actor has become a member; ``actor`` is its handler instance. Required."""
+        raise NotImplementedError
 
+    @abc.abstractmethod
     async def on_leave_actor(self, actor: Any) -> None:
-        """A member Actor has left for the Entry Spot."""
+        """A member Actor has left for the Entry Spot. Required."""
+        raise NotImplementedError
 
     async def on_disconnect_actor(self, actor: Any) -> None:
         """A member Actor was reported disconnected; the default does nothing (SPOT-56)."""
@@ -85,7 +93,9 @@ class EntrySpot(_SpotBase):
     are created and live while they belong to no User Spot.
 
     Declare a subclass with ``@app.entry_spot`` to decide Actor creation in ``on_create_actor``
-    (the default accepts) and to observe Actors returning with ``on_joined_actor``.
+    (the default accepts); such a class defines ``on_joined_actor`` and ``on_leave_actor``
+    itself (REG-5.9: they are abstract). Without a declared one, a host runs the framework's
+    own, which accepts every Actor and does nothing when one joins or leaves.
     """
 
     async def on_create_actor(self, actor: Any, request: object | None) -> ActorCreateResponse:
@@ -93,14 +103,30 @@ class EntrySpot(_SpotBase):
         del actor, request
         return ActorCreateResponse.accept()
 
+    @abc.abstractmethod
     async def on_joined_actor(self, actor: Any) -> None:
-        """An Actor has come back from a User Spot (not called when an Actor is created)."""
+        """An Actor has come back from a User Spot (not called when an Actor is created).
+        Required."""
+        raise NotImplementedError
 
+    @abc.abstractmethod
     async def on_leave_actor(self, actor: Any) -> None:
-        """An Actor has left the Entry Spot for a User Spot."""
+        """An Actor has left the Entry Spot for a User Spot. Required."""
+        raise NotImplementedError
 
     async def on_disconnect_actor(self, actor: Any) -> None:
         """An Actor of the Entry Spot was reported disconnected; the default does nothing."""
+
+
+class DefaultEntrySpot(EntrySpot):
+    """The Entry Spot of an application that declares none: it accepts every Actor and does
+    nothing when one comes back or leaves."""
+
+    async def on_joined_actor(self, actor: Any) -> None:
+        del actor
+
+    async def on_leave_actor(self, actor: Any) -> None:
+        del actor
 
 
 class InstanceSpot(_SpotBase):

@@ -194,6 +194,7 @@ def validate(
     entry_types: list[SpotType] = []
     for declaration in spots:
         label = f"{declaration.kind.name.lower()} spot {declaration.cls.__qualname__}"
+        _required_defined(declaration, problems)
         if declaration.kind is SpotKind.ENTRY:
             entry_types.append(
                 SpotType(
@@ -279,6 +280,31 @@ def validate(
         )
     )
     return Registry(message_types, spot_types, entry_type, actor_types)
+
+
+_REQUIRED = {
+    SpotKind.USER: ("on_actor_join", "on_joined_actor", "on_leave_actor"),
+    SpotKind.ENTRY: ("on_joined_actor", "on_leave_actor"),
+}
+"""The membership callbacks a Spot class of each kind defines itself (REG-5.9)."""
+
+
+def _required_defined(declaration: SpotDeclaration, problems: list[str]) -> None:
+    """REG-5.9: a User Spot decides its Actors' joins and sees them join and leave, and an
+    Entry Spot sees them come back and leave; the bases leave those callbacks abstract."""
+    cls = declaration.cls
+    missing = [
+        name
+        for name in _REQUIRED.get(declaration.kind, ())
+        if getattr(getattr(cls, name, None), "__isabstractmethod__", False)
+    ]
+    if missing:
+        kind = "User" if declaration.kind is SpotKind.USER else "Entry"
+        advice = " (a Spot that takes no Actors rejects every join)" if kind == "User" else ""
+        problems.append(
+            f"{declaration.name} ({kind} Spot {cls.__qualname__}) does not define "
+            f"{', '.join(missing)}: every {kind} Spot class defines them itself{advice}"
+        )
 
 
 def _handlers_of(
