@@ -51,7 +51,7 @@ def _row(stdout: str, name: str) -> list[str]:
     raise AssertionError(f"no summary row for {name}:\n{stdout}")
 
 
-@pytest.mark.spec("DEMO-1", "DEMO-3", "DEMO-4", "DEMO-5", "DEMO-7", "DEMO-8", "DEMO-9")
+@pytest.mark.spec("DEMO-1", "DEMO-2", "DEMO-3", "DEMO-4", "DEMO-5", "DEMO-7", "DEMO-8", "DEMO-9")
 def test_demo_runs_three_hosts_through_a_rolling_update_and_ends_clean(store_dsn: str) -> None:
     """Three host processes run the workload for 3 s, and a third of the way in h1 relocates to
     a new host h4 of version 2 and exits: progress lines, every status of the update, every
@@ -119,6 +119,14 @@ def test_demo_runs_three_hosts_through_a_rolling_update_and_ends_clean(store_dsn
         assert "0" == row[8], out  # errors
         assert "0" == row[9], out  # exit status
     assert int(_row(out, "h4")[7]) == to_move + 1, out  # what moved and its own Entry Spot
+    # Every host that runs the workload reached every kind of object (DEMO-2).
+    for name in ("h1", "h2", "h3"):
+        reached = re.search(
+            rf"^reached by {name}: rooms ([\d,]+), users ([\d,]+), counters ([\d,]+)$", out, re.M
+        )
+        assert reached is not None, out
+        assert all(int(n.replace(",", "")) > 0 for n in reached.groups()), out
+    assert "reached by h4" not in out  # it only serves
     assert "errors by kind: none" in out
     assert out.rstrip().endswith("demo: ok")
     assert "Traceback" not in done.stderr

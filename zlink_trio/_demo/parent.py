@@ -194,6 +194,7 @@ class Parent:
             host.latencies.extend(latencies)
             errors = Tally({str(k): int(v) for k, v in dict(event["errors"]).items()})
             host.errors.update(errors)
+            host.reached.update({str(k): int(v) for k, v in dict(event.get("reached", {})).items()})
             self.interval.add(int(event["sends"]) + int(event["requests"]), latencies, errors)
             for error_kind, sample in dict(event.get("samples", {})).items():
                 host.samples.setdefault(str(error_kind), str(sample))

@@ -36,6 +36,8 @@ class HostRecord:
     requests: int = 0
     latencies: list[int] = attrs.field(factory=list)
     errors: Tally[str] = attrs.field(factory=Tally)
+    reached: Tally[str] = attrs.field(factory=Tally)
+    """Calls that ended well, by the kind of object called (DEMO-2)."""
     set_up: dict[str, Any] = attrs.field(factory=dict)
     failure: str | None = None
     samples: dict[str, str] = attrs.field(factory=dict)

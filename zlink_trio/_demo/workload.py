@@ -87,6 +87,9 @@ class Stats:
         self.errors: Tally[str] = Tally()
         self.samples: dict[str, str] = {}
         self.sampled: set[str] = set()
+        self.reached: Tally[str] = Tally()
+        """Calls that ended well, by the kind of object called (``rooms``, ``users``,
+        ``counters``): the summary shows each host reached every kind (DEMO-2)."""
 
     def failed(self, what: str, error: zl.ZLinkError) -> None:
         """Count a failed call; the first failure of each kind is kept as an example."""
@@ -111,10 +114,16 @@ class Stats:
             "latencies": self.latencies,
             "errors": dict(self.errors),
             "samples": self.samples,
+            "reached": dict(self.reached),
         }
         self.sends, self.requests, self.latencies, self.errors = 0, 0, [], Tally()
-        self.samples = {}
+        self.samples, self.reached = {}, Tally()
         return taken
+
+
+def _kind(what: str) -> str:
+    """``rooms``, ``users`` or ``counters``: the kind of object ``what`` ("room r1") names."""
+    return what.split(" ", 1)[0] + "s"
 
 
 class Workload:
@@ -134,6 +143,7 @@ class Workload:
             self.stats.failed(f"send to {what}", error)
         else:
             self.stats.sends += 1
+            self.stats.reached[_kind(what)] += 1
 
     async def _request(self, what: str, submit: Callable[[], Any]) -> Any:
         """The reply, or ``None`` when the call failed (counted)."""
@@ -144,6 +154,7 @@ class Workload:
             self.stats.failed(f"request to {what}", error)
             return None
         self.stats.requests += 1
+        self.stats.reached[_kind(what)] += 1
         self.stats.latencies.append(round((trio.current_time() - started) * 1_000_000))
         return reply
 
