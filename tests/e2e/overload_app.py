@@ -1,5 +1,6 @@
-"""The application of the cross-process overload test (tests/e2e/test_overload.py): a Spot
-whose packet handler is stuck until released, and a quick Spot beside it."""
+"""The application of the cross-process overload tests (tests/e2e/test_overload.py,
+test_high_water_mark.py): a Spot whose packet handler is stuck until released, and a quick Spot
+beside it that also keeps the number of each ``Bulk`` it handled."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import zlink_trio as zl
 app = zl.Application()
 release = trio.Event()
 noted: list[int] = []
+bulked: list[int] = []
 
 
 @app.message("ovle2e.Note")
@@ -23,6 +25,13 @@ class Note:
 @attrs.frozen
 class Ask:
     n: int
+
+
+@app.message("ovle2e.Bulk")
+@attrs.frozen
+class Bulk:
+    n: int
+    data: bytes
 
 
 @app.message("ovle2e.Answer")
@@ -68,4 +77,8 @@ class Quick(zl.Spot):
 
     @zl.request_handler(Ask)
     async def ask(self, req: Ask) -> Answer:
-        return Answer(req.n, [])
+        return Answer(req.n, list(bulked))
+
+    @zl.packet_handler(Bulk)
+    async def bulk(self, msg: Bulk) -> None:
+        bulked.append(msg.n)

@@ -1,7 +1,8 @@
 """The owner host of the cross-process overload test, in its own process.
 
-Run as ``python overload_child.py --mesh M --dsn DSN --slow S --quick Q``: starts a host with a
-mailbox limit of 8, creates the Spots ``S`` (stuck until released) and ``Q``, prints
+Run as ``python overload_child.py --mesh M --dsn DSN --slow S --quick Q [--lease SECONDS]``:
+starts a host with a mailbox limit of 8 (and that node lease), creates the Spots ``S`` (stuck
+until released) and ``Q``, prints
 ``{"ready": true}``, releases ``S`` when a line ``release`` arrives on stdin, and shuts down at
 the end of input.
 """
@@ -26,9 +27,16 @@ async def main() -> None:
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--slow", required=True)
     parser.add_argument("--quick", required=True)
+    parser.add_argument("--lease", type=float, default=10.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    config = zl.HostConfig(mesh=args.mesh, store_dsn=args.dsn, node_rid="owner", mailbox_limit=8)
+    config = zl.HostConfig(
+        mesh=args.mesh,
+        store_dsn=args.dsn,
+        node_rid="owner",
+        mailbox_limit=8,
+        node_lease=args.lease,
+    )
     async with zl.open_host(overload_app.app, config) as host:
         await host.spots.get_or_create(args.slow, "ovle2e.Slow").submit()
         await host.spots.get_or_create(args.quick, "ovle2e.Quick").submit()
