@@ -54,6 +54,7 @@ from typing import Any
 import attrs
 import trio
 import zmq
+from members import NoMembers
 from ratios import report
 
 import zlink_trio as zl
@@ -115,19 +116,9 @@ class Count:
 
 
 @app.user_spot("bench.Echo")
-class Echo(zl.Spot):
+class Echo(NoMembers):
     def __init__(self) -> None:
         self.count = 0
-
-    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
-        del actor_id, request  # it takes no member Actors
-        return zl.SpotActorJoinResult.reject()
-
-    async def on_joined_actor(self, actor: object) -> None:
-        del actor
-
-    async def on_leave_actor(self, actor: object) -> None:
-        del actor
 
     @zl.request_handler(EchoReq)
     async def echo(self, req: EchoReq) -> EchoRep:

@@ -83,6 +83,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 import zmq
+from members import NoMembers
 from ratios import report as report_figure
 
 import zlink_trio as zl
@@ -198,16 +199,8 @@ class Holder:
 
 
 @app.user_spot("bench.Held", relocation=zl.preserve_state_with(State))
-class Held(Holder, zl.Spot):
-    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
-        del actor_id, request  # it takes no member Actors
-        return zl.SpotActorJoinResult.reject()
-
-    async def on_joined_actor(self, actor: object) -> None:
-        del actor
-
-    async def on_leave_actor(self, actor: object) -> None:
-        del actor
+class Held(Holder, NoMembers):
+    pass
 
 
 @app.instance_spot("bench.HeldInstance", relocation=zl.preserve_state_with(State))

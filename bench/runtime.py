@@ -39,6 +39,7 @@ from pathlib import Path
 import attrs
 import trio
 import trio.testing
+from members import NoMembers
 from ratios import report
 
 import zlink_trio as zl
@@ -76,17 +77,7 @@ counter = Counter()
 
 
 @app.user_spot("bench.Echo")
-class Echo(zl.Spot):
-    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
-        del actor_id, request  # it takes no member Actors
-        return zl.SpotActorJoinResult.reject()
-
-    async def on_joined_actor(self, actor: object) -> None:
-        del actor
-
-    async def on_leave_actor(self, actor: object) -> None:
-        del actor
-
+class Echo(NoMembers):
     @zl.request_handler(Ping)
     async def ping(self, req: Ping) -> Pong:
         return Pong(req.n)
@@ -99,17 +90,7 @@ class Echo(zl.Spot):
 
 
 @app.user_spot("bench.Idle")
-class Idle(zl.Spot):
-    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
-        del actor_id, request  # it takes no member Actors
-        return zl.SpotActorJoinResult.reject()
-
-    async def on_joined_actor(self, actor: object) -> None:
-        del actor
-
-    async def on_leave_actor(self, actor: object) -> None:
-        del actor
-
+class Idle(NoMembers):
     @zl.packet_handler(Tick)
     async def tick(self, msg: Tick) -> None:
         pass

@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 import asyncpg
 import attrs
 import trio
+from members import NoMembers
 from ratios import report as report_figure
 
 import zlink_trio as zl
@@ -93,17 +94,7 @@ class Ping:
 
 
 @app.user_spot("scale.Idle")
-class Idle(zl.Spot):
-    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
-        del actor_id, request  # it takes no member Actors
-        return zl.SpotActorJoinResult.reject()
-
-    async def on_joined_actor(self, actor: object) -> None:
-        del actor
-
-    async def on_leave_actor(self, actor: object) -> None:
-        del actor
-
+class Idle(NoMembers):
     @zl.request_handler(Ping)
     async def ping(self, req: Ping) -> Ping:
         return req

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import trio
 import trio.testing
+from members import NoMembers
 from ratios import report
 
 import zlink_trio as zl
@@ -48,16 +49,8 @@ app = zl.Application()
 
 
 @app.user_spot("bench.Room")
-class Room(zl.Spot):
-    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
-        del actor_id, request  # it takes no member Actors
-        return zl.SpotActorJoinResult.reject()
-
-    async def on_joined_actor(self, actor: object) -> None:
-        del actor
-
-    async def on_leave_actor(self, actor: object) -> None:
-        del actor
+class Room(NoMembers):
+    """A Spot with nothing to do: only its activation and its shutdown count."""
 
 
 class Collections:

@@ -28,6 +28,7 @@ import trio
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule, run_state_machine_as_test
+from members import NoMembers
 from ratios import report
 
 import zlink_trio as zl
@@ -56,19 +57,9 @@ class Count:
 
 
 @app.user_spot("benchkit.Counter")
-class Counter(zl.Spot):
+class Counter(NoMembers):
     def __init__(self) -> None:
         self.value = 0
-
-    async def on_actor_join(self, actor_id: zl.ActorId, request: object) -> zl.SpotActorJoinResult:
-        del actor_id, request  # it takes no member Actors
-        return zl.SpotActorJoinResult.reject()
-
-    async def on_joined_actor(self, actor: object) -> None:
-        del actor
-
-    async def on_leave_actor(self, actor: object) -> None:
-        del actor
 
     @zl.packet_handler(Add)
     async def add(self, msg: Add) -> None:
