@@ -123,6 +123,19 @@ class Local:
 Node = Child | Local
 
 
+async def until_ready(process: trio.Process) -> None:
+    """Return once a child host's process has printed ``{"ready": true}`` on its stdout (the
+    single-purpose children: overload, security); fails if it ends first or takes longer than
+    ``START_TIMEOUT``."""
+    assert process.stdout is not None
+    with trio.fail_after(START_TIMEOUT):
+        seen = b""
+        while b'"ready"' not in seen:
+            chunk = await process.stdout.receive_some()
+            assert chunk, "the child host ended before it was ready"
+            seen += chunk
+
+
 def new_mesh() -> str:
     """A mesh name no other test uses, so tests sharing a store never meet."""
     return f"e2e-{uuid.uuid4().hex[:10]}"

@@ -23,6 +23,7 @@ import trio
 
 import zlink_trio as zl
 from tests.e2e import overload_app
+from tests.e2e.harness import until_ready
 
 CHILD = Path(__file__).resolve().parent / "overload_child.py"
 PAYLOAD = b"b" * 4096
@@ -40,13 +41,7 @@ async def start_owner(mesh: str, dsn: str, lease: float) -> trio.Process:
     process = await trio.lowlevel.open_process(
         [sys.executable, str(CHILD), *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
-    assert process.stdout is not None
-    with trio.fail_after(45):
-        seen = b""
-        while b'"ready"' not in seen:
-            chunk = await process.stdout.receive_some()
-            assert chunk, "the owner host ended"
-            seen += chunk
+    await until_ready(process)
     return process
 
 

@@ -14,6 +14,7 @@ import trio
 
 import zlink_trio as zl
 from tests.e2e import overload_app
+from tests.e2e.harness import until_ready
 
 CHILD = Path(__file__).resolve().parent / "overload_child.py"
 NOTES = 200
@@ -37,12 +38,7 @@ async def test_a_flooded_stuck_spot_in_another_process_stalls_nothing_else(
     try:
         assert process.stdout is not None
         assert process.stdin is not None
-        with trio.fail_after(45):
-            seen = b""
-            while b'"ready"' not in seen:
-                chunk = await process.stdout.receive_some()
-                assert chunk, "the owner host ended"
-                seen += chunk
+        await until_ready(process)
         config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, node_rid="sender")
         async with zl.open_host(overload_app.app, config) as host:
             with trio.fail_after(60):

@@ -21,6 +21,7 @@ import zmq
 
 import zlink_trio as zl
 from tests.e2e import security_app
+from tests.e2e.harness import until_ready
 from zlink_trio._integration.store import Found, StoreConfig, open_stores
 from zlink_trio._integration.transport import curve_public, new_curve_secret, routing_identity
 from zlink_trio._runtime.ownership.node_record import NodeRecord
@@ -83,12 +84,7 @@ async def test_strangers_get_nothing_handled_and_the_member_is_not_disturbed(
     try:
         assert process.stdout is not None
         assert process.stdin is not None
-        with trio.fail_after(45):
-            seen = b""
-            while b'"ready"' not in seen:
-                chunk = await process.stdout.receive_some()
-                assert chunk, "the owner host ended"
-                seen += chunk
+        await until_ready(process)
         record = await owner_record(store_dsn, mesh)
         assert record.curve_key  # the owner publishes its key (SEC-1)
         config = zl.HostConfig(mesh=mesh, store_dsn=store_dsn, node_rid="member")
