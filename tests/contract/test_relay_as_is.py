@@ -103,7 +103,7 @@ def _arrivals(host: TestHost) -> list[Send | Request]:
     return seen
 
 
-@pytest.mark.spec("RELOC-29")
+@pytest.mark.spec("RELOC-29", "RELOC-79")
 async def test_the_old_owner_relays_a_request_and_a_send_as_they_came(
     store_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,6 +115,7 @@ async def test_the_old_owner_relays_a_request_and_a_send_as_they_came(
         await source.route.send_to_spot("c-1", Add(2)).instance_spot("relay.Counter").submit()
         result = await source.host.relocate(deadline=20.0)
         assert zl.RelocationOutcome.RELOCATED == result.outcome, result
+        relays_before = source.host.follow_relays
         seen = _arrivals(target)
         reached: list[Send | Request] = []  # what reached the source, to be relayed
         relay = inbound.relay_followed
@@ -151,6 +152,8 @@ async def test_the_old_owner_relays_a_request_and_a_send_as_they_came(
 
         assert operation == reply.operation_id
         assert Count(42, target.node_rid.value) == messages.decode(reply.reply_type, reply.payload)
+        assert relays_before + 2 == source.host.follow_relays  # the send and the request
+        assert 0 == target.host.follow_relays
         assert [sent] == [m for m in seen if type(m) is Send] == reached[:1]
         relayed = [m for m in seen if type(m) is Request]
         assert 1 == len(relayed), relayed

@@ -59,7 +59,7 @@ def _tree(host: TestHost) -> Any:
     return host.host._tree
 
 
-@pytest.mark.spec("RELOC-70")
+@pytest.mark.spec("RELOC-70", "RELOC-79")
 @pytest.mark.parametrize("sending", ["third host", "new owner"])
 async def test_a_senders_next_call_waits_for_its_send_relayed_by_the_old_owner(
     store_dsn: str, sending: str
@@ -104,6 +104,7 @@ async def test_a_senders_next_call_waits_for_its_send_relayed_by_the_old_owner(
             mode=zl.RelocationMode.ROLLING_UPDATE, target_version="2", deadline=20.0
         )
         assert zl.RelocationOutcome.RELOCATED == moved.outcome, moved
+        relays = old.host.follow_relays
         old_remote = _tree(old).remote
         relay_send = old_remote.send_as_is  # what every send of the old owner goes through
 
@@ -131,3 +132,5 @@ async def test_a_senders_next_call_waits_for_its_send_relayed_by_the_old_owner(
         there = new.node_rid.value
         assert [Seen(there)] == asked
         assert [("note 1", there), ("ask", there)] == handled[-2:]
+        # The old owner relayed the send; the sender's flush is no call (RELOC-79).
+        assert relays + 1 == old.host.follow_relays

@@ -145,6 +145,12 @@ class Host:
         await self._tree.shutdown(self._node)
 
     @property
+    def follow_relays(self) -> int:
+        """Calls for Spots and Actors that had moved away that this host sent on to their new
+        owner since it started: peers' sends and requests, and its own calls (RELOC-79)."""
+        return self._messaging.moved.relays
+
+    @property
     def status(self) -> HostStatus:
         """Where the host is in its life now (RELOC-43)."""
         return self._tree.board.status

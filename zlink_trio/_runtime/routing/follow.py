@@ -55,6 +55,9 @@ class Moved:
         self.moving = 0
         """Moves of units away from this host under way (``under_way``; host/moving.py: a move
         alone commits quietly and publishes once its unit serves, RELOC-76)."""
+        self.relays = 0
+        """Work for units that moved away and closed here that ``followed`` sent on to their
+        new owner: a peer's sends and requests and this host's own calls (RELOC-79)."""
         self._answered = trio.Event()
 
     @contextmanager
@@ -92,9 +95,10 @@ class Moved:
             await done.wait()
 
     def followed(
-        self, unit: SpotId | ActorId, remote: Remote | None
+        self, unit: SpotId | ActorId, remote: Remote | None, *, work: bool = True
     ) -> tuple[Remote, Owner] | None:
-        """Where work for ``unit`` goes instead of here, or ``None``."""
+        """Where work for ``unit`` goes instead of here, or ``None``; with ``work`` (not a
+        sender's flush) it is counted in ``relays``."""
         if not self._moved:
             return None
         moved = self._moved.get(unit)
@@ -109,6 +113,8 @@ class Moved:
             del self._moved[unit]
             return None
         self._last_relay = now
+        if work:
+            self.relays += 1
         return remote, Owner(owner)
 
     @contextmanager

@@ -129,9 +129,9 @@ class Inbound:
             return
         if self.arrivals.under_way and self._moves.take(origin, message):
             return
-        moved = self._messaging.moved
-        followed = moved.followed(message.target, self._remote)
-        if followed is not None and message.message_type.value not in _FRAMEWORK:
+        moved, work = self._messaging.moved, message.message_type.value not in _FRAMEWORK
+        followed = moved.followed(message.target, self._remote, work=work)
+        if followed is not None and work:
             reply = partial(self._reply, origin)
             await relay_followed(self._node, moved, followed, message, reply, self._nursery)
             return
