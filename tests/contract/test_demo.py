@@ -108,7 +108,14 @@ def test_demo_runs_three_hosts_through_a_rolling_update_and_ends_clean(store_dsn
     assert f"  units moved: {to_move}/{to_move} (store: on h4 with their object generation)" in out
     assert moves.search(out), out  # from the runtime's MoveTimes
     assert "  h1 went SERVING -> RELOCATING -> RELOCATED -> DRAINING -> STOPPED" in out
-    assert "  errors in the run: 0; follow relays: not counted" in out
+    # Follow relays: h1's own count (RELOC-79), often 0 here: routes catch up before h1 closes.
+    assert re.search(
+        r"^  errors in the run: 0; follow relays by h1: \d+ \(calls it sent on to units that"
+        r" had moved\)$",
+        out,
+        re.M,
+    ), out
+    assert all(re.search(r" relays \d+$", line) for line in after), out
     for name in ("h1", "h2", "h3", "h4"):
         row = _row(out, name)
         # host node sends requests msg/s p50 p99 activations errors exit

@@ -180,15 +180,15 @@ class Child:
             "joined": joined,
         }
 
-    async def report(self) -> None:
+    async def report(self, host: zl.Host) -> None:
         while True:
             await trio.sleep(STATS_INTERVAL)
-            emit("stats", rid=self.plan.rid, **self.stats.take())
+            emit("stats", rid=self.plan.rid, relays=host.follow_relays, **self.stats.take())
 
     async def run_workload(self, host: zl.Host) -> str:
         workload = Workload(host, self.plan, self.stats)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.report)
+            nursery.start_soon(self.report, host)
             for worker in range(WORKERS_PER_HOST):
                 nursery.start_soon(workload.run, worker)
             command = await self.expect("stop", "relocate")
@@ -196,7 +196,7 @@ class Child:
                 moved = await self.relocate(host, command.split()[1])
                 command = "relocated" if moved else await self.expect("stop")
             nursery.cancel_scope.cancel()
-        emit("stats", rid=self.plan.rid, **self.stats.take())
+        emit("stats", rid=self.plan.rid, relays=host.follow_relays, **self.stats.take())
         return command
 
     async def relocate(self, host: zl.Host, version: str) -> bool:
@@ -220,7 +220,7 @@ class Child:
 
     async def watch_status(self, host: zl.Host) -> None:
         async for status in host.observe():
-            emit("status", rid=self.plan.rid, status=status.name)
+            emit("status", rid=self.plan.rid, status=status.name, relays=host.follow_relays)
 
     async def run(self) -> int:
         async with trio.open_nursery() as outer:
@@ -241,8 +241,10 @@ class Child:
                     ):
                         emit("stopped", rid=self.plan.rid)
                         await self.expect()
-                await host.shutdown()
-                emit("status", rid=self.plan.rid, status=host.status.name)
+                await host.shutdown()  # a relocated host relays until that is quiet (RELOC-69)
+                emit(
+                    "status", rid=self.plan.rid, status=host.status.name, relays=host.follow_relays
+                )
             emit("closed", rid=self.plan.rid)
             outer.cancel_scope.cancel()
         return 0

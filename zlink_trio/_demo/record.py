@@ -51,9 +51,27 @@ class HostRecord:
     """Each ``zl.HostStatus`` the host reported, by name, in order."""
     relocation: dict[str, Any] | None = None
     """The ``relocated`` event of its rolling update, once it relocated."""
+    relays: int = 0
+    """Calls it sent on to units that had moved away (``zl.Host.follow_relays``), as it last
+    reported them."""
+
+    def add_stats(self, event: Mapping[str, Any]) -> tuple[list[int], Tally[str]]:
+        """Adds up a ``stats`` event; returns its latencies and errors (the live view's)."""
+        self.sends += int(event["sends"])
+        self.requests += int(event["requests"])
+        latencies = [int(value) for value in event["latencies"]]
+        self.latencies.extend(latencies)
+        errors = Tally({str(k): int(v) for k, v in dict(event["errors"]).items()})
+        self.errors.update(errors)
+        self.reached.update({str(k): int(v) for k, v in dict(event.get("reached", {})).items()})
+        self.relays = int(event.get("relays", self.relays))
+        for error_kind, sample in dict(event.get("samples", {})).items():
+            self.samples.setdefault(str(error_kind), str(sample))
+        return latencies, errors
 
     def report(self, event: Mapping[str, Any]) -> str | None:
         """Takes a ``status`` or ``relocated`` event; the new status if the host's changed."""
+        self.relays = int(event.get("relays", self.relays))
         if event.get("event") == "relocated":
             self.relocation = dict(event)
             return None

@@ -9,8 +9,10 @@ relocates as a rolling update while every loop goes on calling (and goes on for 
 ``relocated`` event: outcome, reason, the seconds ``host.relocate`` took, each move's seal to
 open from the runtime's ``MoveTimes``), then shuts down. Units moved are counted from the store:
 the ids the source owned when the update began that the store now names on the spare with the
-object generation they had. Follow relays (calls the source relayed after a unit left it) are
-not counted: the runtime keeps no count of them, so none is shown.
+object generation they had. Follow relays, the calls the source sent on to units that had
+moved away (``zl.Host.follow_relays``, RELOC-79), are what the source last reported: the live
+view shows them as they grow, the summary the count after the source's shutdown, whose quiet
+wait relays what still reaches it (RELOC-69).
 
 The parent drives it through ``Hosts``, the few of its methods the update needs.
 """
@@ -42,8 +44,9 @@ TO_VERSION = "2"
 """The version of the spare host, the rolling update's target."""
 UPDATE_TIMEOUT = 120.0
 """Seconds the whole update may take: the spare starting, the relocation, the source's exit."""
-AFTER_UPDATE = 1.0
-"""Seconds the workload runs on at least after the update ended, so moved units are called."""
+AFTER_UPDATE = 2.0
+"""Seconds the workload runs on at least after the update ended, so moved units are called:
+two progress lines at the least (the last takes up to a second and a half)."""
 
 
 class Hosts(Protocol):
@@ -178,7 +181,7 @@ class RollingUpdate:
         )
         if self.to_move is None or self.moved is None:
             return statuses
-        return f"{statuses} moved {self.moved}/{len(self.to_move)}"
+        return f"{statuses} moved {self.moved}/{len(self.to_move)} relays {self.source.relays:,}"
 
     def summary(self, errors: int) -> list[str]:
         """The summary's lines on the update; ``errors`` is the errors of the whole run (failed
@@ -210,7 +213,10 @@ class RollingUpdate:
                 f"{max(sealed) * 1000:.0f} ms"
             )
         lines.append(f"  {self.source.name} went {' -> '.join(self.source.statuses)}")
-        lines.append(f"  errors in the run: {errors}; follow relays: not counted")
+        lines.append(
+            f"  errors in the run: {errors}; follow relays by {self.source.name}: "
+            f"{self.source.relays:,} (calls it sent on to units that had moved)"
+        )
         if self.problem is not None and self.source.relocated:  # it failed after the move
             lines.append(f"  {self.problem}")
         return lines
