@@ -146,8 +146,7 @@ class Host:
 
     @property
     def follow_relays(self) -> int:
-        """Calls for Spots and Actors that had moved away that this host sent on to their new
-        owner since it started: peers' sends and requests, and its own calls (RELOC-79)."""
+        """Calls this host sent on to Spots and Actors that had moved away (RELOC-79)."""
         return self._messaging.moved.relays
 
     @property
