@@ -95,10 +95,11 @@ class Moved:
             await done.wait()
 
     def followed(
-        self, unit: SpotId | ActorId, remote: Remote | None, *, work: bool = True
+        self, unit: SpotId | ActorId, remote: Remote | None, *, count: bool = True
     ) -> tuple[Remote, Owner] | None:
-        """Where work for ``unit`` goes instead of here, or ``None``; with ``work`` (not a
-        sender's flush) it is counted in ``relays``."""
+        """Where work for ``unit`` goes instead of here, or ``None``; with ``count`` it is a
+        call of this host's, counted in ``relays`` (a peer's is counted by ``relay_followed``,
+        a sender's flush is no call)."""
         if not self._moved:
             return None
         moved = self._moved.get(unit)
@@ -113,7 +114,7 @@ class Moved:
             del self._moved[unit]
             return None
         self._last_relay = now
-        if work:
+        if count:
             self.relays += 1
         return remote, Owner(owner)
 
@@ -184,6 +185,7 @@ async def relay_followed(
     the same operation id, message bytes, metadata and instance type, a request's budget what
     is left of its deadline; its Reply goes back as it came too, to the caller's reply route."""
     relay, owner = followed
+    moved.relays += 1
     if type(message) is Send:
         try:
             # A send waiting for the new owner's credit is under way too: a shutdown's quiet

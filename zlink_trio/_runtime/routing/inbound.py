@@ -129,9 +129,9 @@ class Inbound:
             return
         if self.arrivals.under_way and self._moves.take(origin, message):
             return
-        moved, work = self._messaging.moved, message.message_type.value not in _FRAMEWORK
-        followed = moved.followed(message.target, self._remote, work=work)
-        if followed is not None and work:
+        moved = self._messaging.moved  # relay_followed counts a relayed call (RELOC-79)
+        followed = moved.followed(message.target, self._remote, count=False)
+        if followed is not None and message.message_type.value not in _FRAMEWORK:
             reply = partial(self._reply, origin)
             await relay_followed(self._node, moved, followed, message, reply, self._nursery)
             return

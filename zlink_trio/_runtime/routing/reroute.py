@@ -110,7 +110,7 @@ async def answer_flush(
 ) -> RelocateAnswer:
     """This host's answer to a sender's ``zlink.Flush`` for ``target`` (Rule 2)."""
     await moved.wait_relayed(target)
-    followed = moved.followed(target, remote, work=False)
+    followed = moved.followed(target, remote, count=False)
     if followed is None:
         return RelocateAnswer(True)
     relay, owner = followed
