@@ -125,16 +125,17 @@ def failure(error: Exception, where: str) -> ZLinkError:
     )
 
 
-def preparing(statements: Sequence[str]) -> Callable[[Any], Awaitable[None]]:
-    """The pool's ``init`` for a new connection: prepare each of ``statements`` (bridge.py Rule
-    6); on a database whose schema is not made yet the rest is skipped."""
+def warming(calls: Sequence[tuple[str, tuple[Any, ...]]]) -> Callable[[Any], Awaitable[None]]:
+    """The pool's ``init`` for a new connection: run each statement of ``calls`` once with its
+    arguments, which change nothing (bridge.py Rule 6); before the schema exists, or should one
+    lose a serialization race, the rest is skipped: warming is only ahead of time."""
 
     async def init(connection: Any) -> None:
-        for sql in statements:
+        for sql, args in calls:
             try:
-                await connection.prepare(sql)
-            except asyncpg.exceptions.SyntaxOrAccessError:  # no such table or sequence yet
-                return
+                await connection.fetch(sql, *args)
+            except (asyncpg.exceptions.SyntaxOrAccessError, *RETRYABLE):
+                return  # no such table or sequence yet, or a race: the first call does it
 
     return init
 

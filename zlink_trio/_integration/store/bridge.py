@@ -18,15 +18,18 @@ next call, so the store recovers by itself once the server is back.
 Rule 5: which connection a call runs on, when one more is opened and when an idle one is
 closed is lending.py's (Rules 1-4 there, STORE-43..STORE-46): pool connections stay lent to
 this side between calls, so a call crosses the bridge once.
-Rule 6: a connection prepares the store's hot statements when the pool opens it, so that the
-driver's one-time work per connection (reading the array types' definitions from the server:
-~10 ms for the conditional batch, measured) is not paid inside the first call that uses it. The
-types' codecs stay with the connection; the statements themselves do not (asyncpg's
-``prepare`` keeps them out of its statement cache and closes them once collected), so a call
-still parses its statement the first time, a round trip, not the introspection.
-Before the schema exists they are skipped. Behind a transaction pooler (``pooled``) nothing is
-prepared and the driver's statement cache is off: a named statement lives on one server
-connection, and the pooler hands the next transaction another (STORE-48).
+Rule 6: a connection runs the store's hot statements once when the pool opens it, with
+arguments that change nothing (``location_sql.WARM_UP``), so that none of the driver's and the
+server's one-time work per connection and statement is paid inside a call: the driver reads the
+array types' definitions (~10 ms for the conditional batch, measured), parses the statement
+into its statement cache, and the server builds the statement's generic plan
+(``plan_cache_mode``, aio.py), which it keeps with that named statement. Each was 1-3 ms of a
+relocation's commit that was the first write on its connection (bench/relocation.py, whose
+hosts are new every round). The driver keeps them for the connection's life (no
+``max_cached_statement_lifetime``), so a long-lived host does not parse and plan them again
+every five minutes. Before the schema exists they are skipped. Behind a transaction pooler
+(``pooled``) nothing is warmed and the driver's statement cache is off: a named statement lives
+on one server connection, and the pooler hands the next transaction another (STORE-48).
 Rule 7: the change feed listens on a pool connection that also runs statements (lending.py
 Rule 2), so an idle host holds one connection (STORE-45); with ``listen_dsn`` (a direct server
 behind a pooler) it listens on a dedicated connection there instead.
@@ -279,12 +282,12 @@ async def open_database(
     startup_timeout: float,
     idle_timeout: float = 30.0,
     durable_commits: bool = True,
-    prepared: Sequence[Statement] = (),
+    warm_up: Sequence[tuple[Statement, Mapping[str, Any]]] = (),
     pooled: bool = False,
     listen_dsn: str | None = None,
 ) -> AsyncIterator[Database]:
     """Open the trio-asyncio loop and the asyncpg pool; close both on exit. Each connection the
-    pool opens prepares ``prepared`` first (Rule 6), unless ``pooled`` (a transaction pooler
+    pool opens runs each of ``warm_up`` first (Rule 6), unless ``pooled`` (a transaction pooler
     such as PgBouncer is in front of the server: STORE-48). A connection idle for
     ``idle_timeout`` is closed, all but one (lending.py Rule 4).
 
@@ -312,7 +315,8 @@ async def open_database(
             options["server_settings"] = dict(aio.SESSION_SETTINGS)
             if not durable_commits:  # commits do not wait for the disk (STORE-42)
                 options["server_settings"]["synchronous_commit"] = "off"
-            options["init"] = aio.preparing([statement.sql for statement in prepared])
+            options["init"] = aio.warming([(s.sql, s.arguments(v)) for s, v in warm_up])
+            options["max_cached_statement_lifetime"] = 0  # kept while the connection lives
         pool = await _create_pool(run, dsn, options, startup_timeout, where)
         lender: Lender | None = None
         try:

@@ -228,3 +228,23 @@ WRITE = _write()
 ANNOUNCE = _announce()
 SCAN_PAGE = _scan_page()
 NOW = _now_only()
+
+WARM_UP: tuple[tuple[Statement, dict[str, Any]], ...] = (
+    (
+        WRITE,
+        {
+            "condition_keys": [],
+            "condition_versions": [],
+            "put_keys": [],
+            "put_values": [],
+            "put_retentions": [],
+            "delete_keys": [],
+            "notices": [],
+        },
+    ),
+    (READ, {"key": b""}),
+    (NOW, {}),
+    (ANNOUNCE, {"notices": []}),
+)
+"""The hot statements with arguments that change nothing (an empty batch, a key no record has,
+no notices): a connection the pool opens runs each once (bridge.py Rule 6, STORE-51)."""

@@ -83,12 +83,7 @@ async def _open(
             startup_timeout=config.startup_timeout,
             idle_timeout=config.pool_idle_timeout,
             durable_commits=config.durable_commits,
-            prepared=(
-                location_sql.WRITE,
-                location_sql.READ,
-                location_sql.NOW,
-                location_sql.ANNOUNCE,
-            ),
+            warm_up=location_sql.WARM_UP,
             pooled=config.transaction_pooler,
             listen_dsn=config.listen_dsn,
         ) as database:
