@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from zlink_trio._runtime.host import moving
+from zlink_trio._runtime.host import cutover
 from zlink_trio.testing import TestHost
 
 
@@ -24,7 +24,7 @@ def send_early_after_commit(
     there that never sent the unit anything, so no old route holds it back: RELOC-70); the
     source relays nothing before ``send`` has been admitted."""
     arrivals = target.host._tree.inbound.arrivals  # type: ignore[union-attr]
-    commit, relay = arrivals.commit, moving.relay
+    commit, relay = arrivals.commit, cutover.relay
     sent = trio.Event()
 
     async def send_early() -> None:
@@ -42,4 +42,4 @@ def send_early_after_commit(
         await relay(*args, **kwargs)
 
     arrivals.commit = commit_then_send
-    monkeypatch.setattr(moving, "relay", relay_after_it)
+    monkeypatch.setattr(cutover, "relay", relay_after_it)

@@ -1,5 +1,5 @@
 """A move over its operational target is reported and nothing else (specs/relocation.md RELOC-31;
-host/moving.py Rule 6): timed on the source from the start of its seal to its commit or abort,
+host/cutover.py Rule 2): timed on the source from the start of its seal to its commit or abort,
 one over ``HostConfig.relocation_cutover_target`` is logged as a warning, and the move commits or
 is given up exactly as it would have been."""
 

@@ -22,7 +22,7 @@ import zlink_trio as zl
 from tests.contract.peers import meet
 from tests.contract.test_spot_move import Add, app
 from zlink_trio._integration.store import Batch, Changed, ChangeSubscription, Put, Stores
-from zlink_trio._runtime.host import moving
+from zlink_trio._runtime.host import cutover
 from zlink_trio._runtime.ownership.node_record import RELOCATING, PeerChanged
 from zlink_trio._runtime.routing.arrivals import BEGIN_WAIT
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -207,7 +207,7 @@ async def test_the_move_is_published_once_the_target_serves_the_unit(
     once the target has answered the open, the record's key is hinted."""
     events: list[str] = []
     committed, proceed = trio.Event(), trio.Event()
-    open_ = moving._open
+    open_ = cutover.open_there
 
     async def held(remote: object, unit: object, target: object) -> None:
         committed.set()
@@ -215,7 +215,7 @@ async def test_the_move_is_published_once_the_target_serves_the_unit(
         await open_(remote, unit, target)  # type: ignore[arg-type]
         events.append("open answered")
 
-    monkeypatch.setattr(moving, "_open", held)
+    monkeypatch.setattr(cutover, "open_there", held)
     async with _a_counter_to_move(store_dsn) as (source, _, stores):
         record = f"m/{source.mesh.value}/spot/c-1"
         witness = f"m/{source.mesh.value}/witness-76"

@@ -109,7 +109,7 @@ def _hold_commit(monkeypatch: pytest.MonkeyPatch) -> tuple[trio.Event, trio.Even
     set when the commit is written (so the store names the target already), the second lets it
     go on."""
     arrived, go_on = trio.Event(), trio.Event()
-    tell = moving._tell_commit
+    tell = moving.tell_commit
 
     @functools.wraps(tell)
     async def held(remote: Any, unit: Any, target: Any, commit: RelocateCommit) -> None:
@@ -117,7 +117,7 @@ def _hold_commit(monkeypatch: pytest.MonkeyPatch) -> tuple[trio.Event, trio.Even
         await go_on.wait()
         await tell(remote, unit, target, commit)
 
-    monkeypatch.setattr(moving, "_tell_commit", held)
+    monkeypatch.setattr(moving, "tell_commit", held)
     return arrived, go_on
 
 

@@ -1,10 +1,6 @@
 """The source's side of one Spot's move to another host (specs/relocation.md RELOC-47..RELOC-50;
 the target's side is routing/arrivals.py).
 
-Longer than 400 lines: one mover for every kind of unit (a Spot, its members, an Actor, a join's
-Actor); its steps (seal, send, commit, relay, open) share the private ``_Unit`` and are read in
-order, and each entry point only says how its unit is sealed and announced.
-
 Rule 1: seal, capture, prepare. The Spot is sealed at a turn boundary (spots/sealing.py), its
 timers and adapter payload captured; an adapter that fails keeps the Spot serving here
 (RELOC-18). The target gets the unit in ``zlink.RelocateIn`` and the payload in chunks of at
@@ -14,19 +10,8 @@ this host holds is rewritten, on its version, to name the target run with the sa
 generation (RELOC-23). Anything that fails before it (the target refuses or is unreachable, the
 deadline passes, the record moved, this run's lease is not good) aborts: the target drops what it
 prepared and the Spot serves here again as if never sealed (RELOC-36, SHUT-3.9).
-Rule 3: after the commit the target owns the unit. It is told so, one way (``RelocateCommit``:
-it admits what others send, unrun); then everything the seal kept here, queued first and held
-after, is relayed to it in order as the same sends and requests (routing/forward.py), and
-``RelocateOpen`` follows on the same connection, so the target serves the relayed messages
-before anything a sender sent it directly (per-sender order, RELOC-60). The three go out one
-after the other, each once the one before is on its way, and only the open's answer and the
-relayed requests' replies are waited for (the target's reader takes them in order, RELOC-73).
-A move alone on this host commits quietly and is published to every host once the target has
-answered the open (RELOC-76), so the callers' re-reads and the store's signals to every host
-come after the unit serves, not while it is sealed; with other moves under way the commit
-notifies as it writes (one statement more per move would cost a host relocation of many units
-more than it saves). A request's reply comes back here and completes its caller's call, so
-callers see one call with one outcome; whatever still reaches the sealed Spot is relayed after.
+Rule 3: after the commit the target owns the unit: the cutover submit, the relay of what the
+seal kept and the open there are host/cutover.py's (its Rule 1).
 Rule 4: a User Spot moves with its member Actors (RELOC-6, RELOC-64). They are sealed with it
 (actors/sealing.py ``seal_with_members``), each announced after the Spot with the Spot's id,
 and the commit is one conditional batch over the Spot's record and every member's: all move or
@@ -38,10 +23,8 @@ RELOC-24, RELOC-25), so its record names the target first; then each member move
 Entry Actor does, announced with the Spot's id, into the shell on the target. The
 Spot closes here with ``RELOCATION_OUT`` and leaves the record alone, and what reaches this
 host for it later is relayed for the follow window (routing/follow.py, RELOC-49).
-Rule 6: a move is timed from the start of its seal to the end of its cutover submit (the
-one-way ``RelocateCommit`` after the commit), or to its abort: one over
-``HostConfig.relocation_cutover_target`` (1 s) is logged as a warning, and goes on or ends as
-it would have (RELOC-31).
+Rule 6: a move is timed from the start of its seal to its cutover submit or its abort
+(host/cutover.py Rule 2, RELOC-31).
 Rule 7: an ``APPLICATION_SIGNALED`` Spot is sealed only at a boundary it signals: its move
 waits for the next one within its deadline, and stays here when none comes (spots/boundary.py).
 Rule 8: the seal waits for a running turn only until the move's deadline; then the seal is let
@@ -52,9 +35,7 @@ go and the unit serves here as if never sealed, what waited at it first, and the
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
-from typing import Protocol
 
 import attrs
 import cbor2
@@ -68,14 +49,11 @@ from zlink_trio._runtime.declarations.system import (
     RelocateChunk,
     RelocateCommit,
     RelocateIn,
-    RelocateOpen,
 )
-from zlink_trio._runtime.node.envelope import Envelope, fail_one
-from zlink_trio._runtime.node.node import LocalNode
-from zlink_trio._runtime.ownership.authority import Claim
+from zlink_trio._runtime.host.cutover import MovingUnit, cutover_ended, hand_over, tell_commit
 from zlink_trio._runtime.ownership.node_record import NodeRecord
 from zlink_trio._runtime.routing.follow import Moved
-from zlink_trio._runtime.routing.forward import relay, starts_once
+from zlink_trio._runtime.routing.forward import starts_once
 from zlink_trio._runtime.routing.owner import Owner
 from zlink_trio._runtime.routing.remote import Remote
 from zlink_trio._runtime.spots.activation import Activation
@@ -117,36 +95,6 @@ class MoveTimes:
     """The target had been told to serve the units after the relay of what waited here."""
 
 
-class _Sealed(Protocol):
-    """What ``SealedSpot`` and ``SealedActor`` share (spots/sealing.py, actors/sealing.py)."""
-
-    @property
-    def claim(self) -> Claim: ...
-
-    async def capture_payload(self) -> bytes | None: ...
-
-    def abort(self) -> None: ...
-
-    def detach(self, forward: Callable[[Envelope], None], *, closing: bool = True) -> None: ...
-
-    def close(self) -> None: ...
-
-
-@attrs.frozen
-class _Unit:
-    """One unit on its way out: its id, how it is named on the wire and how it ends here."""
-
-    target: SpotId | ActorId
-    node: LocalNode
-    sealed: _Sealed
-    entries: tuple[Envelope, ...]
-    """What the capture took, in order: the target runs these."""
-    announce: Callable[[int], RelocateIn]
-    """The ``RelocateIn`` for a payload of that many chunks."""
-    instance_type: StableTypeName | None
-    closed: trio.Event
-
-
 async def move_spot(
     remote: Remote, moved: Moved, activation: Activation, target: NodeRecord, deadline: float
 ) -> RelocationReason | None:
@@ -184,7 +132,7 @@ async def move_spot(
     kind, name = int(activation.kind), activation.spot_type.name.value
     generation = snapshot.generation.value
     units = [
-        _Unit(
+        MovingUnit(
             activation.spot_id,
             activation.node,
             sealed,
@@ -265,12 +213,12 @@ async def move_to_join(
     return refusal[0] if refusal else reason
 
 
-def _actor_unit(sealed: SealedActor, spot: str | None) -> _Unit:
+def _actor_unit(sealed: SealedActor, spot: str | None) -> MovingUnit:
     actor = sealed.actor
     snapshot = sealed.capture()
     name, generation = actor.actor_type.name.value, snapshot.generation.value
     no_timers = cbor2.dumps([])
-    return _Unit(
+    return MovingUnit(
         actor.actor_id,
         actor.node,
         sealed,
@@ -284,7 +232,7 @@ def _actor_unit(sealed: SealedActor, spot: str | None) -> _Unit:
 async def _move(
     remote: Remote,
     moved: Moved,
-    units: list[_Unit],
+    units: list[MovingUnit],
     target: NodeRecord,
     deadline: float,
     sealing: float,
@@ -303,7 +251,7 @@ async def _move(
     except Exception as error:
         _log.warning("capturing %s failed; it serves on here: %s", unit_id, error)
         _abort(units)
-        _cutover_ended(primary, target, trio.current_time() - sealing, "was given up")
+        cutover_ended(primary, target, trio.current_time() - sealing, "was given up")
         return RelocationReason.STATE_INCOMPATIBLE
     owner = Owner(target.rid)
     limit = node.config.relocation_payload_chunk_limit_bytes
@@ -394,7 +342,7 @@ async def _move(
             except (ZLinkError, trio.TooSlowError) as error:
                 _log.info("could not tell %s to drop %s: %s", target.rid, unit_id, error)
         _abort(units)
-        _cutover_ended(primary, target, trio.current_time() - sealing, "was given up")
+        cutover_ended(primary, target, trio.current_time() - sealing, "was given up")
         return reason
     committed = trio.current_time()
     for unit in units:
@@ -406,13 +354,13 @@ async def _move(
     )
     commit = RelocateCommit(handed[0].version, members)
     # The cutover submit: the target hears of the commit, one way, ahead of the relay (Rule 3).
-    await _tell_commit(remote, primary, target, commit)
+    await tell_commit(remote, primary, target, commit)
     told = trio.current_time()
-    _cutover_ended(primary, target, told - sealing, "was committed and told")
+    cutover_ended(primary, target, told - sealing, "was committed and told")
     if relaying is not None:  # returns once the units forward what reaches them (detached)
-        await relaying.start(_hand_over, remote, moved, units, target, quiet)
+        await relaying.start(hand_over, remote, moved, units, target, quiet)
         return None
-    opened = await _hand_over(remote, moved, units, target, quiet)
+    opened = await hand_over(remote, moved, units, target, quiet)
     if _times.isEnabledFor(logging.DEBUG):
         size = sum(0 if payload is None else len(payload) for payload in payloads)
         times = MoveTimes(
@@ -422,144 +370,7 @@ async def _move(
     return None
 
 
-def _cutover_ended(unit: _Unit, target: NodeRecord, took: float, how: str) -> None:
-    """Rule 6: a move that ``took`` longer than ``relocation_cutover_target`` from the start
-    of its seal is reported, whatever its end; nothing else changes (RELOC-31)."""
-    bound = unit.node.config.relocation_cutover_target
-    if took > bound:
-        _log.warning(
-            "the move of %s to %s %s %.3f s after its seal began, over the operational target "
-            "of %.3f s (relocation_cutover_target)",
-            unit.target,
-            target.rid,
-            how,
-            took,
-            bound,
-        )
-
-
-def _abort(units: list[_Unit]) -> None:
+def _abort(units: list[MovingUnit]) -> None:
     """Serve here again: the members first, so the Spot's first turn finds them serving."""
     for unit in reversed(units):
         unit.sealed.abort()
-
-
-async def _hand_over(
-    remote: Remote,
-    moved: Moved,
-    units: list[_Unit],
-    target: NodeRecord,
-    quiet: bool,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> float:
-    """Rule 3, once the target was told of the commit: relay what stayed here, open there,
-    close here; returns
-    when the target was told to open (Trio's clock). Reports started once every unit forwards
-    what reaches it, before its first wait: a join's move returns then, so a relocation that
-    looks at the Actor next finds it on its way out, not sealed by someone else."""
-    opened: list[float] = []
-    primary = units[0]
-    node = primary.node
-    send, receive = trio.open_memory_channel[tuple[_Unit, Envelope]](math.inf)
-
-    def to_relay(unit: _Unit) -> Callable[[Envelope], None]:
-        def relayed(envelope: Envelope) -> None:
-            try:
-                send.send_nowait((unit, envelope))
-            except trio.ClosedResourceError:  # reached it after it closed here
-                gone = f"{unit.target} moved to {target.rid}"
-                fail_one(node.dispatcher, envelope, ZLinkError(ErrorKind.UNAVAILABLE, gone))
-
-        return relayed
-
-    for unit in units:
-        # It stays registered, forwarding what reaches it, until the target opens it.
-        unit.sealed.detach(to_relay(unit), closing=False)
-    task_status.started()
-
-    async def relay_to(unit: _Unit, envelopes: list[Envelope], replies: trio.Nursery) -> None:
-        instance, to = unit.instance_type, target.rid
-        await relay(
-            remote, node, unit.target, instance, to, envelopes, permits_held=False, replies=replies
-        )
-
-    async def relay_all(replies: trio.Nursery) -> None:
-        # What this host admitted before the commit goes first, then the target opens the
-        # units (arrivals.py Rule 3); the replies are waited for beside the relay.
-        try:
-            for unit in units:
-                await relay_to(unit, list(unit.entries), replies)
-            while True:
-                try:
-                    unit, envelope = receive.receive_nowait()
-                except trio.WouldBlock:
-                    break
-                await relay_to(unit, [envelope], replies)
-            for unit in units:  # a sender's flush waits for what comes after this (reroute.py)
-                moved.relaying_after_open(unit.target)
-            await _open(remote, primary, target)
-            opened.append(trio.current_time())
-            if quiet:
-                replies.start_soon(_publish, units)
-            for unit in reversed(units):  # the members leave before their Spot closes
-                unit.sealed.close()
-            async with receive:
-                async for unit, envelope in receive:
-                    await relay_to(unit, [envelope], replies)
-        finally:
-            for unit in units:  # every relay is on its way: a sender's flush may go on
-                moved.relayed(unit.target)
-
-    # The relay and the open follow the commit on one connection without a wait for an answer
-    # between them: the target's reader takes them in order (moves_in.py Rule 1).
-    async with trio.open_nursery() as relaying:
-        relaying.start_soon(relay_all, relaying)
-        for unit in units:
-            await unit.closed.wait()
-        send.close()
-    return opened[0] if opened else trio.current_time()
-
-
-async def _publish(units: list[_Unit]) -> None:
-    """Rule 3: the commit was quiet; now that the target serves the units, every host is told
-    their records changed. A failure is logged: callers still reach the units through this
-    host's relay, and learn from the store once their route fails or their feed resyncs."""
-    node = units[0].node
-    try:
-        await node.authority.announce([unit.target for unit in units])
-    except ZLinkError as error:
-        _log.info("could not publish that %s moved: %s", units[0].target, error)
-
-
-async def _tell_commit(
-    remote: Remote, unit: _Unit, target: NodeRecord, commit: RelocateCommit
-) -> None:
-    """Tell the target the records name it, one way: its reader takes the word before the
-    relay behind it, and the open's answer says it was taken. A failure is logged: the record
-    names the target, which settles the move from the store when the word does not come
-    (RELOC-66)."""
-    try:
-        await remote.tell(Owner(target.rid), unit.target, commit)
-    except ZLinkError as error:
-        _log.error("telling %s the commit of %s failed: %s", target.rid, unit.target, error)
-
-
-async def _open(remote: Remote, unit: _Unit, target: NodeRecord) -> None:
-    """Ask the target to open the unit after the relay; a failure is logged: the record names
-    the target, which owns the unit whether or not it heard (Rule 3)."""
-    node = unit.node
-    try:
-        answer = await remote.request(
-            Owner(target.rid),
-            unit.target,
-            RelocateOpen(),
-            RelocateAnswer,
-            {},
-            None,
-            node.clock.now() + node.config.request_timeout,
-        )
-        if isinstance(answer, RelocateAnswer) and not answer.ok:
-            _log.error("%s did not open %s: %s", target.rid, unit.target, answer.why)
-    except ZLinkError as error:
-        _log.error("asking %s to open %s failed: %s", target.rid, unit.target, error)

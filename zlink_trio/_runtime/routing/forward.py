@@ -45,7 +45,7 @@ async def forward(
 ) -> None:
     """Send what ``activation`` admitted to ``owner``, in order; requests complete their
     callers' entries with the winner's outcome. Each envelope's job permit is released first
-    unless the caller has (``permits_held=False``: a moved Spot's relay, host/moving.py, and
+    unless the caller has (``permits_held=False``: a moved Spot's relay, host/cutover.py, and
     a lost cold race, whose entries say which hold one, spots/activation.py ``_finish``).
     Returns once every reply is in, or, given ``replies``, once every message is submitted:
     the replies are then waited for in that nursery."""
@@ -76,7 +76,7 @@ async def relay(
     replies: trio.Nursery | None = None,
 ) -> None:
     """``forward`` by the target's id: a Spot's (named by ``instance_type`` when it is an
-    Instance Spot) or an Actor's (a moved Actor's relay, host/moving.py)."""
+    Instance Spot) or an Actor's (a moved Actor's relay, host/cutover.py)."""
     if replies is not None:
         await _relay(remote, node, target, instance_type, owner, envelopes, permits_held, replies)
         return

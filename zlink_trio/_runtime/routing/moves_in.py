@@ -4,7 +4,7 @@ Rule 1: what order needs is taken by the reader itself. ``zlink.RelocateCommit``
 ``zlink.RelocateOpen`` and each ``zlink.RelocateChunk`` are answered (or, for the last chunk,
 handed to its restore) before the reader reads on, so they are taken in the order the source
 sent them: the source sends the commit, the relay and the open one after the other without
-waiting for an answer between them (host/moving.py Rule 3, RELOC-73). Every other request of a
+waiting for an answer between them (host/cutover.py Rule 1, RELOC-73). Every other request of a
 move is answered by ``arrivals.py`` in a task of its own.
 Rule 2: what the source relays to a unit committed here but not open yet goes in front of what
 waits in it (arrivals.py Rule 3): a send as it came, a request with an entry that completes into
@@ -113,8 +113,8 @@ class MovesIn:
                 _log.warning("a relayed send to %s was not admitted: %s", message.target, error)
 
     def _take_commit(self, origin: PeerRun, message: Send | Request) -> None:
-        """The source's word that the records name this host, one way (host/moving.py Rule
-        3): a refusal can only be logged; the unit then waits for the store to settle it.
+        """The source's word that the records name this host, one way (host/cutover.py
+        Rule 1): a refusal can only be logged; the unit then waits for the store to settle it.
         Asked as a request, it is refused and not taken."""
         if type(message) is Request:
             refusal = "a zlink.RelocateCommit is sent one way, never asked"

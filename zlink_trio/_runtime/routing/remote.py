@@ -271,7 +271,7 @@ class Remote:
 
     async def tell(self, owner: Owner, target: Target, message: object) -> None:
         """One of the framework's one-way words to ``target`` at ``owner`` (a move's
-        ``zlink.RelocateCommit``, host/moving.py Rule 3): ``send`` without the wait for the
+        ``zlink.RelocateCommit``, host/cutover.py Rule 1): ``send`` without the wait for the
         owner's credit, which pauses application sends to a full unit, never the framework's,
         and within ``request_timeout`` (a route to wait for, a full queue), or ``UNAVAILABLE``."""
         name, payload = self._encode(message)
