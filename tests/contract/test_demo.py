@@ -237,7 +237,7 @@ class _Hosts:
         await self.changed.wait()
 
 
-@pytest.mark.spec("DEMO-7")
+@pytest.mark.spec("DEMO-7", "DEMO-9")
 async def test_a_blocked_relocation_fails_the_update(tmp_path: Path) -> None:
     """The spare of version 2 starts, h1 is told to relocate to version 2 with its units (its
     Entry Spot aside) to move; a BLOCKED answer is the update's problem, which fails the demo,
@@ -249,9 +249,14 @@ async def test_a_blocked_relocation_fails_the_update(tmp_path: Path) -> None:
     assert [("h1", "relocate 2")] == hosts.sent
     assert {"spot/room": 4} == update.to_move
     assert "BLOCKED/RELOCATION_DISABLED" == update.problem
+    for host in update.hosts():
+        host.returncode = 0
+    update.source.stderr_tail.append("WARNING moving s/1 to m-h2 failed before its commit")
     lines = update.summary(0)
     assert lines[0].endswith(": BLOCKED reason RELOCATION_DISABLED in 0.01s"), lines
     assert "  units moved: not read (the update did not end)" in lines
+    # What the source logged says why (DEMO-9).
+    assert "  h1 | WARNING moving s/1 to m-h2 failed before its commit" == lines[-1]
 
 
 @pytest.mark.spec("DEMO-5")

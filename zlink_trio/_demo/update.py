@@ -219,6 +219,10 @@ class RollingUpdate:
         )
         if self.problem is not None and self.source.relocated:  # it failed after the move
             lines.append(f"  {self.problem}")
+        if self.problem is not None:  # the two hosts' warnings say why (a failed host's are
+            for host in self.hosts():  # shown with its failure)
+                if host.returncode == 0 and host.failure is None:
+                    lines.extend(f"  {host.name} | {line}" for line in host.stderr_tail)
         return lines
 
 
