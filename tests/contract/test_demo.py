@@ -303,3 +303,32 @@ def test_the_host_count_is_bounded_before_anything_starts(
     assert 2 == exited.value.code
     assert "at most 32, got 33" in capsys.readouterr().err
     assert [] == calls
+
+
+@pytest.mark.spec("DEMO-10")
+def test_a_demo_whose_output_closes_shuts_down_quietly(store_dsn: str, tmp_path: Path) -> None:
+    """``zlink-trio demo | head -2``: once the reader is gone the demo stops its workload, shuts
+    its hosts down and exits 1, with no traceback and no host process left behind (their
+    configs live in its work folder, here under ``tmp_path``)."""
+    env = {**_environ(), "TMPDIR": str(tmp_path)}
+    demo = subprocess.Popen(
+        [*DEMO, "--hosts", "2", "--seconds", "60", "--no-rolling-update", "--dsn", store_dsn],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        first = [demo.stdout.readline() for _ in range(2)]
+        demo.stdout.close()  # the reader goes away before the demo writes its next line
+        # It stops: a demo that ran its minute of workload out would time out here.
+        _out, err = demo.communicate(timeout=30)
+    finally:
+        demo.kill()
+    assert first[1].startswith("starting 2 hosts in mesh demo-"), first
+    assert "Traceback" not in err, err
+    assert "BrokenPipeError" not in err, err
+    assert 1 == demo.returncode
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert "" == left.stdout

@@ -4,11 +4,14 @@
 PostgreSQL in a folder of its own, stopped and removed at the end - and runs one ``Parent`` on
 it. It owns the signals: the first Ctrl-C (SIGINT) or SIGTERM stops the workload and still runs
 the ordered shutdown, then the demo exits 130; a second one kills the hosts still running. The
-exit status is 0 only when every host exited 0 and no call failed, else 1.
+exit status is 0 only when every host exited 0 and no call failed, else 1. Its output closing
+under it (``zlink-trio demo | head``) stops the workload the same way, and it exits 1 quietly
+(DEMO-10).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -16,6 +19,7 @@ import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TextIO, cast
 
 import trio
 
@@ -27,6 +31,45 @@ __all__ = ["EMBEDDED_START_TIMEOUT", "main"]
 
 EMBEDDED_START_TIMEOUT = 60.0
 """Seconds the temporary embedded PostgreSQL gets to start, and to stop."""
+
+
+class _Output(io.TextIOBase):
+    """The demo's stdout. When its reader goes away, what is written after is dropped (the
+    stream's descriptor then points at the null device, so nothing fails at exit either) and
+    ``gone`` is set, which stops the workload as Ctrl-C does (DEMO-10)."""
+
+    def __init__(self, stream: TextIO, gone: trio.Event) -> None:
+        self._stream = stream
+        self.gone = gone
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def write(self, text: str) -> int:
+        if not self.gone.is_set():
+            try:
+                self._stream.write(text)
+            except BrokenPipeError:
+                self._lost()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone.is_set():
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._lost()
+
+    def _lost(self) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+        self.gone.set()
+
+
+async def _stop_when_gone(gone: trio.Event, interrupted: trio.Event) -> None:
+    await gone.wait()
+    interrupted.set()
 
 
 async def _watch_signals(interrupted: trio.Event, hosts: Iterable[HostRecord]) -> None:
@@ -46,21 +89,24 @@ async def _watch_signals(interrupted: trio.Event, hosts: Iterable[HostRecord]) -
 async def _demo(hosts: int, seconds: float, dsn: str | None, rolling_update: bool) -> int:
     from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
 
-    interrupted = trio.Event()
+    interrupted, gone = trio.Event(), trio.Event()
+    out = cast(TextIO, _Output(sys.stdout, gone))
     workdir = Path(tempfile.mkdtemp(prefix="zlink-demo-"))
     server: EmbeddedPostgres | None = None
     try:
         async with trio.open_nursery() as nursery:
             parent_hosts: list[HostRecord] = []
             nursery.start_soon(_watch_signals, interrupted, parent_hosts)
+            nursery.start_soon(_stop_when_gone, gone, interrupted)
             dsn = dsn or os.environ.get(DSN_VARIABLE) or None
             if dsn is None:
-                print(f"store: a temporary embedded PostgreSQL in {workdir}", flush=True)
+                print(f"store: a temporary embedded PostgreSQL in {workdir}", file=out, flush=True)
                 server = EmbeddedPostgres(workdir / "pgdata")
                 dsn = await server.start(EMBEDDED_START_TIMEOUT)
             else:
-                print("store: the PostgreSQL named by --dsn / $ZLINK_STORE_DSN", flush=True)
-            parent = Parent(hosts, seconds, dsn, workdir, sys.stdout, rolling_update=rolling_update)
+                named = "store: the PostgreSQL named by --dsn / $ZLINK_STORE_DSN"
+                print(named, file=out, flush=True)
+            parent = Parent(hosts, seconds, dsn, workdir, out, rolling_update=rolling_update)
             parent_hosts.extend(parent.hosts)
             ok = await parent.run(interrupted)
             nursery.cancel_scope.cancel()
@@ -69,6 +115,8 @@ async def _demo(hosts: int, seconds: float, dsn: str | None, rolling_update: boo
             with trio.CancelScope(shield=True):
                 await server.stop(EMBEDDED_START_TIMEOUT)
         shutil.rmtree(workdir, ignore_errors=True)
+    if gone.is_set():
+        return 1
     if interrupted.is_set():
         return 130
     return 0 if ok else 1
