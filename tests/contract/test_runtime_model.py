@@ -476,25 +476,26 @@ class HostModel(HostStateMachine):
         call = data.draw(st.sampled_from(self._cancellable()))
         call.cancelled_by_model = True
 
-        async def cancel() -> bool:
+        async def cancel() -> list[str] | None:
+            # Read in the loop's thread: the call may end between two lines of this one.
             if call.done.is_set():
-                return False
+                return list(call.outcomes)  # what it had ended with
             assert call.scope is not None
             call.scope.cancel()
-            return True
+            return None
 
         # A held request with the long timeout whose turn the model never released can only
         # have been waiting: its one terminal must be the cancellation.
         unreleased = any(call.number in live.holds for live in self.live.values())
         waiting = call.timeout == LONG and unreleased
-        before = list(call.outcomes)
-        if self.run(cancel):
+        ended_with = self.run(cancel)
+        if ended_with is None:
             self._wait(call)
             assert 1 == len(call.outcomes), call
             if waiting:
                 assert ["cancelled"] == call.outcomes
         else:
-            assert before == call.outcomes
+            assert ended_with == call.outcomes
             assert not waiting
 
     @precondition(lambda self: any(live.holds for live in self.live.values()))
