@@ -230,21 +230,10 @@ SCAN_PAGE = _scan_page()
 NOW = _now_only()
 
 WARM_UP: tuple[tuple[Statement, dict[str, Any]], ...] = (
-    (
-        WRITE,
-        {
-            "condition_keys": [],
-            "condition_versions": [],
-            "put_keys": [],
-            "put_values": [],
-            "put_retentions": [],
-            "delete_keys": [],
-            "notices": [],
-        },
-    ),
+    (WRITE, {name: [] for name in WRITE.names}),  # every parameter an array: an empty batch
     (READ, {"key": b""}),
     (NOW, {}),
-    (ANNOUNCE, {"notices": []}),
+    (ANNOUNCE, {name: [] for name in ANNOUNCE.names}),
 )
 """The hot statements with arguments that change nothing (an empty batch, a key no record has,
 no notices): a connection the pool opens runs each once (bridge.py Rule 6, STORE-51)."""
