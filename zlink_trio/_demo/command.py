@@ -35,18 +35,19 @@ EMBEDDED_START_TIMEOUT = 60.0
 
 class _Output(io.TextIOBase):
     """The demo's stdout. When its reader goes away, what is written after is dropped (the
-    stream's descriptor then points at the null device, so nothing fails at exit either) and
-    ``gone`` is set, which stops the workload as Ctrl-C does (DEMO-10)."""
+    stream's descriptor then points at the null device, so nothing fails at exit either),
+    ``gone`` is set and ``interrupted`` too: the workload stops as on Ctrl-C (DEMO-10)."""
 
-    def __init__(self, stream: TextIO, gone: trio.Event) -> None:
+    def __init__(self, stream: TextIO, interrupted: trio.Event) -> None:
         self._stream = stream
-        self.gone = gone
+        self._interrupted = interrupted
+        self.gone = False
 
     def isatty(self) -> bool:
         return self._stream.isatty()
 
     def write(self, text: str) -> int:
-        if not self.gone.is_set():
+        if not self.gone:
             try:
                 self._stream.write(text)
             except BrokenPipeError:
@@ -54,7 +55,7 @@ class _Output(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
-        if not self.gone.is_set():
+        if not self.gone:
             try:
                 self._stream.flush()
             except BrokenPipeError:
@@ -64,12 +65,8 @@ class _Output(io.TextIOBase):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, self._stream.fileno())
         os.close(null)
-        self.gone.set()
-
-
-async def _stop_when_gone(gone: trio.Event, interrupted: trio.Event) -> None:
-    await gone.wait()
-    interrupted.set()
+        self.gone = True
+        self._interrupted.set()
 
 
 async def _watch_signals(interrupted: trio.Event, hosts: Iterable[HostRecord]) -> None:
@@ -89,15 +86,15 @@ async def _watch_signals(interrupted: trio.Event, hosts: Iterable[HostRecord]) -
 async def _demo(hosts: int, seconds: float, dsn: str | None, rolling_update: bool) -> int:
     from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
 
-    interrupted, gone = trio.Event(), trio.Event()
-    out = cast(TextIO, _Output(sys.stdout, gone))
+    interrupted = trio.Event()
+    output = _Output(sys.stdout, interrupted)
+    out = cast(TextIO, output)
     workdir = Path(tempfile.mkdtemp(prefix="zlink-demo-"))
     server: EmbeddedPostgres | None = None
     try:
         async with trio.open_nursery() as nursery:
             parent_hosts: list[HostRecord] = []
             nursery.start_soon(_watch_signals, interrupted, parent_hosts)
-            nursery.start_soon(_stop_when_gone, gone, interrupted)
             dsn = dsn or os.environ.get(DSN_VARIABLE) or None
             if dsn is None:
                 print(f"store: a temporary embedded PostgreSQL in {workdir}", file=out, flush=True)
@@ -115,7 +112,7 @@ async def _demo(hosts: int, seconds: float, dsn: str | None, rolling_update: boo
             with trio.CancelScope(shield=True):
                 await server.stop(EMBEDDED_START_TIMEOUT)
         shutil.rmtree(workdir, ignore_errors=True)
-    if gone.is_set():
+    if output.gone:
         return 1
     if interrupted.is_set():
         return 130
