@@ -103,7 +103,10 @@ async def test_a_lost_lease_is_lost_for_good(mock_clock: trio.testing.MockClock)
 
 class _FailingRenewals:
     """A Location Store stand-in for one lease: records when each write was tried, and answers
-    ``UNAVAILABLE`` to the writes whose number is in ``failing``."""
+    ``UNAVAILABLE`` to the writes whose number is in ``failing``. The lease's timing is tested on
+    a clock the test moves, which a real server's answers cannot follow; it is passed where the
+    lease takes its ``LocationStore`` (no interface in the runtime for it, BND-1.12), and the
+    lease against the real store is tests/runtime/test_membership.py's."""
 
     def __init__(self, failing: set[int]) -> None:
         self.failing = failing

@@ -302,7 +302,9 @@ class _NoHints:
 
 
 class DeafStore:
-    """The real Location Store whose change feed is silent; it counts the scans (polls)."""
+    """The real Location Store whose change feed is silent; it counts the scans (polls). Passed
+    where the membership takes its ``LocationStore``: the fault around the real store, with no
+    interface in the runtime for it (specs/boundaries.md BND-1.12)."""
 
     def __init__(self, stores: Stores) -> None:
         self._real = stores.location
@@ -590,7 +592,7 @@ async def test_a_run_whose_rid_was_taken_over_stops_and_leaves_the_new_record(
 
 class FlakyStore:
     """The real Location Store, failing with UNAVAILABLE while ``failing`` is set, and counting
-    scans so a test can wait for polls."""
+    scans so a test can wait for polls; passed as ``DeafStore`` is."""
 
     def __init__(self, stores: Stores) -> None:
         self._real = stores.location

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import trio
@@ -43,11 +43,11 @@ import trio
 from zlink_trio._integration.store import (
     Applied,
     Batch,
-    Conflict,
     Delete,
     Found,
     IfMissing,
     IfVersion,
+    LocationStore,
     Missing,
     Put,
 )
@@ -61,19 +61,11 @@ from zlink_trio._runtime.ownership.node_record import (
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import MeshName
 
-__all__ = ["LeaseStore", "NodeLease"]
+__all__ = ["NodeLease"]
 
 _log = logging.getLogger("zlink_trio.runtime.membership")
 
 _WRITE_ROUNDS = 8
-
-
-class LeaseStore(Protocol):
-    """The part of the Location Store that the lease uses (``LocationStore`` has it)."""
-
-    async def read(self, key: str) -> Missing | Found: ...
-
-    async def write(self, batch: Batch) -> Applied | Conflict: ...
 
 
 class NodeLease:
@@ -82,7 +74,7 @@ class NodeLease:
 
     def __init__(
         self,
-        store: LeaseStore,
+        store: LocationStore,
         mesh: MeshName,
         key: str,
         record: NodeRecord,

@@ -17,20 +17,14 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
 from zlink_trio._exception_groups import sole_error
 from zlink_trio._integration.store import (
-    Applied,
-    Batch,
-    ChangeSubscription,
-    Conflict,
-    Expired,
     Found,
-    Missing,
-    ScanPage,
+    LocationStore,
 )
 from zlink_trio._runtime.ownership.fence import Fence, fence_margin
 from zlink_trio._runtime.ownership.lease import NodeLease
@@ -45,26 +39,12 @@ from zlink_trio._runtime.ownership.peer_watch import PeerWatch
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
 
-__all__ = ["Membership", "MembershipStore", "WITHDRAW_TIMEOUT"]
+__all__ = ["Membership", "WITHDRAW_TIMEOUT"]
 
 _log = logging.getLogger("zlink_trio.runtime.membership")
 
 WITHDRAW_TIMEOUT = 2.0
 """Seconds the shielded delete of the own record may take when the run ends (MESH-5)."""
-
-
-class MembershipStore(Protocol):
-    """The part of the Location Store that membership uses (``LocationStore`` has it)."""
-
-    async def read(self, key: str) -> Missing | Found: ...
-
-    async def write(self, batch: Batch) -> Applied | Conflict: ...
-
-    async def scan(
-        self, prefix: str, limit: int, cursor: str | None = None
-    ) -> ScanPage | Expired: ...
-
-    def changes(self) -> ChangeSubscription: ...
 
 
 def _seconds(name: str, value: object) -> float:
@@ -85,7 +65,7 @@ class Membership:
 
     def __init__(
         self,
-        store: MembershipStore,
+        store: LocationStore,
         mesh: MeshName,
         record: NodeRecord,
         *,

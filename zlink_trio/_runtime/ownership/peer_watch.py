@@ -24,7 +24,6 @@ import logging
 import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Protocol
 
 import attrs
 import trio
@@ -34,15 +33,13 @@ from zlink_trio._integration.store import (
     Batch,
     Changed,
     ChangeSubscription,
-    Conflict,
     Delete,
     Expired,
-    Found,
     IfVersion,
+    LocationStore,
     Missing,
     Record,
     Resync,
-    ScanPage,
 )
 from zlink_trio._runtime.ownership.node_record import (
     EXPIRY_MARGIN,
@@ -55,7 +52,7 @@ from zlink_trio._runtime.ownership.node_record import (
 from zlink_trio.errors import ErrorKind, ZLinkError
 from zlink_trio.ids import NodeGeneration, NodeRid
 
-__all__ = ["MAX_QUEUED_EVENTS", "PeerWatch", "WatchStore"]
+__all__ = ["MAX_QUEUED_EVENTS", "PeerWatch"]
 
 _log = logging.getLogger("zlink_trio.runtime.membership")
 
@@ -63,18 +60,6 @@ MAX_QUEUED_EVENTS = 10_000
 """A subscriber this many events behind is dropped: its channel ends (MESH-13)."""
 _PAGE_LIMIT = 500
 _SCAN_ATTEMPTS = 3
-
-
-class WatchStore(Protocol):
-    """The part of the Location Store that the watch reads (``LocationStore`` has it)."""
-
-    async def read(self, key: str) -> Missing | Found: ...
-
-    async def write(self, batch: Batch) -> Applied | Conflict: ...
-
-    async def scan(
-        self, prefix: str, limit: int, cursor: str | None = None
-    ) -> ScanPage | Expired: ...
 
 
 @attrs.frozen
@@ -95,7 +80,7 @@ class PeerWatch:
 
     def __init__(
         self,
-        store: WatchStore,
+        store: LocationStore,
         prefix: str,
         own_key: str,
         rid: NodeRid,
