@@ -55,7 +55,7 @@ import attrs
 import trio
 import zmq
 from members import NoMembers
-from ratios import report
+from ratios import percentile, report
 
 import zlink_trio as zl
 from zlink_trio._integration.store import DSN_VARIABLE, EmbeddedPostgres
@@ -222,8 +222,7 @@ class Figures:
 
     @property
     def p99(self) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e6
+        return percentile(self.latencies, 0.99) * 1e6
 
 
 async def measure_minimal(counts: Counts) -> Figures:

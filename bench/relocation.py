@@ -84,6 +84,7 @@ import attrs
 import trio
 import zmq
 from members import NoMembers
+from ratios import percentile
 from ratios import report as report_figure
 
 import zlink_trio as zl
@@ -729,11 +730,6 @@ async def measure_host(
 
 
 # --- the run ---------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 def verdict(met: bool) -> str:

@@ -40,7 +40,7 @@ import attrs
 import trio
 import trio.testing
 from members import NoMembers
-from ratios import report
+from ratios import percentile, report
 
 import zlink_trio as zl
 from zlink_trio._integration.store import DSN_VARIABLE
@@ -96,13 +96,12 @@ class Idle(NoMembers):
         pass
 
 
-def percentile(samples: list[int], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000.0  # ns -> us
+def micros(samples: list[int], q: float) -> float:
+    return percentile(samples, q) / 1000.0  # ns -> us
 
 
 def line(name: str, samples: list[int]) -> tuple[float, float]:
-    p50, p99 = percentile(samples, 0.50), percentile(samples, 0.99)
+    p50, p99 = micros(samples, 0.50), micros(samples, 0.99)
     rate = len(samples) / (sum(samples) / 1e9)
     print(f"  {name:<34} p50 {p50:8.1f} us  p99 {p99:8.1f} us  {rate:10.0f} req/s")
     return p50, p99

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import asyncpg
 import trio
-from ratios import report
+from ratios import percentile, report
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -194,7 +194,7 @@ async def _bench(stores: Stores, seconds: float) -> None:
     for name, _ in rows:
         samples = sorted(results[name])
         p50 = statistics.median(samples)
-        p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+        p99 = percentile(samples, 0.99)
         ratio = p50 / baseline
         mark = ""
         if name in ("exact read", "CAS batch, 1 key"):

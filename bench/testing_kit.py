@@ -29,7 +29,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 from members import NoMembers
-from ratios import report
+from ratios import percentile, report
 
 import zlink_trio as zl
 from zlink_trio.testing import HostStateMachine, open_test_host, open_test_stores, shared_store
@@ -157,9 +157,7 @@ class CounterMachine(HostStateMachine):
 
 
 def _quantiles(values: list[float]) -> str:
-    ordered = sorted(values)
-    p50 = ordered[len(ordered) // 2] * 1000
-    p90 = ordered[int(len(ordered) * 0.9)] * 1000
+    p50, p90 = percentile(values, 0.5) * 1000, percentile(values, 0.9) * 1000
     return f"p50 {p50:.1f} ms, p90 {p90:.1f} ms"
 
 

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 import zmq
-from ratios import report
+from ratios import percentile, report
 
 from zlink_trio._integration.transport import MeshConfig, PeerAddress, PeerRun, open_route_mesh
 from zlink_trio._wire import OperationId, Reply, Request, Send
@@ -239,11 +239,6 @@ def with_server(
     finally:
         process.kill()
         process.wait()
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def run_trio(
