@@ -6,6 +6,7 @@ its own reply route with its own operation id."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 import trio
 
 import zlink_trio as zl
-from tests.contract.peers import meet
+from tests.contract.peers import MEET_TIMEOUT, meet
 from zlink_trio._runtime.routing import inbound
 from zlink_trio._wire import OperationId, Request, Send
 from zlink_trio.testing import TestHost, open_test_host, open_test_stores
@@ -71,7 +72,9 @@ METADATA = (("trace", "a"), ("trace", "b"), ("tenant", "t-1"))
 
 @contextlib.asynccontextmanager
 async def _three_hosts(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost, TestHost]]:
-    """A source, a target and a caller of one mesh, each seeing the source."""
+    """A source, a target and a caller of one mesh, each seeing the source, and the caller's
+    transport route to the source up: the tests send on the caller's transport itself, which
+    refuses a route still coming up (the runtime's calls wait for it, remote.py)."""
     async with (
         open_test_stores(store_dsn) as stores,
         open_test_host(app, dsn=store_dsn, stores=stores) as source,
@@ -80,6 +83,10 @@ async def _three_hosts(store_dsn: str) -> AsyncIterator[tuple[TestHost, TestHost
     ):
         await meet(source, target)
         await meet(caller, source)
+        remote = caller.host._tree.remote
+        assert remote is not None
+        with trio.fail_after(MEET_TIMEOUT):
+            await remote._route_ready(source.node_rid, math.inf)
         yield source, target, caller
 
 
