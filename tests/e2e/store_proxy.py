@@ -8,6 +8,7 @@ direct DSN keep using it.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -71,29 +72,35 @@ class StoreProxy:
 @asynccontextmanager
 async def store_proxy(dsn: str) -> AsyncIterator[StoreProxy]:
     """A running proxy in front of the server ``dsn`` names: over a Unix socket (the embedded
-    server, ``?host=/folder``) or TCP (``host:port``), listening the same way."""
+    server, ``?host=/folder``) or TCP (``host:port``), listening the same way; a Unix socket's
+    folder is removed when the proxy ends."""
     parts = urlsplit(dsn)
     query = dict(parse_qsl(parts.query))
-    async with trio.open_nursery() as nursery:
-        if query.get("host", "").startswith("/"):
-            port = parts.port or 5432
-            target = f"{query['host']}/.s.PGSQL.{port}"
-            proxy = StoreProxy(partial(trio.open_unix_socket, target))
-            folder = tempfile.mkdtemp(prefix="zlink-proxy-")
-            listening = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            await listening.bind(str(Path(folder) / f".s.PGSQL.{port}"))
-            listening.listen()
-            listeners = [trio.SocketListener(listening)]
-            nursery.start_soon(trio.serve_listeners, proxy._serve, listeners)
-            proxy.dsn = urlunsplit(parts._replace(query=urlencode({**query, "host": folder})))
-        else:
-            assert parts.hostname is not None, dsn
-            assert parts.port is not None, dsn
-            proxy = StoreProxy(partial(trio.open_tcp_stream, parts.hostname, parts.port))
-            listeners = await nursery.start(trio.serve_tcp, proxy._serve, 0, "127.0.0.1")
-            local = listeners[0].socket.getsockname()[1]
-            auth = parts.netloc.rpartition("@")[0]
-            netloc = f"{auth}@127.0.0.1:{local}" if auth else f"127.0.0.1:{local}"
-            proxy.dsn = urlunsplit(parts._replace(netloc=netloc))
-        yield proxy
-        nursery.cancel_scope.cancel()
+    folder: str | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            if query.get("host", "").startswith("/"):
+                port = parts.port or 5432
+                target = f"{query['host']}/.s.PGSQL.{port}"
+                proxy = StoreProxy(partial(trio.open_unix_socket, target))
+                folder = tempfile.mkdtemp(prefix="zlink-proxy-")
+                listening = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                await listening.bind(str(Path(folder) / f".s.PGSQL.{port}"))
+                listening.listen()
+                listeners = [trio.SocketListener(listening)]
+                nursery.start_soon(trio.serve_listeners, proxy._serve, listeners)
+                proxy.dsn = urlunsplit(parts._replace(query=urlencode({**query, "host": folder})))
+            else:
+                assert parts.hostname is not None, dsn
+                assert parts.port is not None, dsn
+                proxy = StoreProxy(partial(trio.open_tcp_stream, parts.hostname, parts.port))
+                listeners = await nursery.start(trio.serve_tcp, proxy._serve, 0, "127.0.0.1")
+                local = listeners[0].socket.getsockname()[1]
+                auth = parts.netloc.rpartition("@")[0]
+                netloc = f"{auth}@127.0.0.1:{local}" if auth else f"127.0.0.1:{local}"
+                proxy.dsn = urlunsplit(parts._replace(netloc=netloc))
+            yield proxy
+            nursery.cancel_scope.cancel()
+    finally:
+        if folder is not None:  # the listening socket's own folder
+            shutil.rmtree(folder, ignore_errors=True)
