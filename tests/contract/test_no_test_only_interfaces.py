@@ -13,22 +13,22 @@ implementations were test fakes; the ownership code now takes ``LocationStore`` 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "zlink_trio"
+from tests.contract.test_review_rules import sources
 
+_R = "zlink_trio/_runtime"
 INTERFACES = {
-    ("_runtime/declarations/relocation.py", "SpotRelocationAdapter"): "applications implement it",
-    ("_runtime/declarations/relocation.py", "ActorRelocationAdapter"): "applications implement it",
-    ("_runtime/engines/clock.py", "Clock"): "two real clocks: Trio's and the testing kit's",
-    ("_runtime/host/cutover.py", "Sealed"): "two real implementations: a sealed Spot or Actor",
-    ("_runtime/spots/timers.py", "Spawner"): "import direction: the activation starts timers",
-    ("_runtime/spots/boundary.py", "_Signalling"): "import direction: activation imports it",
-    ("_demo/update.py", "Hosts"): "import direction: the demo's parent imports the update",
+    (f"{_R}/declarations/relocation.py", "SpotRelocationAdapter"): "applications implement it",
+    (f"{_R}/declarations/relocation.py", "ActorRelocationAdapter"): "applications implement it",
+    (f"{_R}/engines/clock.py", "Clock"): "two real clocks: Trio's and the testing kit's",
+    (f"{_R}/host/cutover.py", "Sealed"): "two real implementations: a sealed Spot or Actor",
+    (f"{_R}/spots/timers.py", "Spawner"): "import direction: the activation starts timers",
+    (f"{_R}/spots/boundary.py", "_Signalling"): "import direction: activation imports it",
+    ("zlink_trio/_demo/update.py", "Hosts"): "import direction: the demo's parent imports it",
 }
-"""(module under zlink_trio/, class) -> why the interface may exist."""
+"""(module, class) -> why the interface may exist."""
 
 _INTERFACE_BASES = {"Protocol", "typing.Protocol", "ABC", "abc.ABC"}
 _ABSTRACT_METACLASSES = {"ABCMeta", "abc.ABCMeta"}
@@ -60,18 +60,11 @@ def wrappers(source: str) -> list[str]:
     ]
 
 
-def _modules() -> dict[str, str]:
-    return {
-        path.relative_to(PACKAGE).as_posix(): path.read_text(encoding="utf-8")
-        for path in sorted(PACKAGE.rglob("*.py"))
-    }
-
-
 @pytest.mark.spec("BND-1.12")
 def test_every_interface_has_a_reason_the_rule_allows() -> None:
     """Fails when a module declares a Protocol or an abstract base class not listed with its
     reason (such as the store interfaces that existed for test fakes), or a listed one went."""
-    found = {(module, name) for module, source in _modules().items() for name in interfaces(source)}
+    found = {(module, name) for module, source in sources().items() for name in interfaces(source)}
     assert set(INTERFACES) == found
 
 
@@ -79,7 +72,7 @@ def test_every_interface_has_a_reason_the_rule_allows() -> None:
 def test_no_class_is_a_wrapper() -> None:
     """Fails when a class of the package is named ``...Wrapper``."""
     assert [] == [
-        (module, name) for module, source in _modules().items() for name in wrappers(source)
+        (module, name) for module, source in sources().items() for name in wrappers(source)
     ]
 
 
